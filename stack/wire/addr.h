@@ -1,0 +1,31 @@
+// Link and network addresses as plain byte arrays, with formatting for tools and tests.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace uroce::wire {
+
+using MacAddr = std::array<uint8_t, 6>;
+using Ipv4Addr = std::array<uint8_t, 4>;
+using Ipv6Addr = std::array<uint8_t, 16>;
+/// A GID is an IPv6 address; RoCEv2 IPv4 GIDs are IPv4-mapped (::ffff:a.b.c.d).
+using Gid = Ipv6Addr;
+
+std::string to_string(const MacAddr& a);
+std::string to_string(const Ipv4Addr& a);
+/// RFC 5952 text form ("fe80::1", "::ffff:10.0.0.1").
+std::string to_string(const Ipv6Addr& a);
+
+std::optional<MacAddr> parse_mac(std::string_view s);
+std::optional<Ipv4Addr> parse_ipv4(std::string_view s);
+std::optional<Ipv6Addr> parse_ipv6(std::string_view s);
+
+/// ::ffff:a.b.c.d — the GID of a RoCEv2 IPv4 address.
+Gid ipv4_mapped_gid(const Ipv4Addr& a);
+bool is_ipv4_mapped(const Gid& g);
+
+}  // namespace uroce::wire

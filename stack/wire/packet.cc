@@ -1,0 +1,165 @@
+#include "wire/packet.h"
+
+namespace uroce::wire {
+
+namespace {
+
+/// Parses the extension headers announced by `info` from `b` (which starts at the BTH).
+void parse_ext(const OpcodeInfo& info, Bytes b, ExtHeaders& x) {
+  auto at = [&](Ext e) { return b.subspan(info.offset_of(e)); };
+  // Lengths were checked against info.length by the caller, so these cannot fail.
+  if (info.has(Ext::kFeth)) FethRepr::parse(at(Ext::kFeth), x.feth);
+  if (info.has(Ext::kDeth)) DethRepr::parse(at(Ext::kDeth), x.deth);
+  if (info.has(Ext::kReth)) RethRepr::parse(at(Ext::kReth), x.reth);
+  if (info.has(Ext::kAtomicEth)) AtomicEthRepr::parse(at(Ext::kAtomicEth), x.atomic);
+  if (info.has(Ext::kAeth)) AethRepr::parse(at(Ext::kAeth), x.aeth);
+  if (info.has(Ext::kAtomicAckEth)) AtomicAckEthRepr::parse(at(Ext::kAtomicAckEth), x.atomic_ack);
+  if (info.has(Ext::kImmDt)) ImmDtRepr::parse(at(Ext::kImmDt), x.imm);
+  if (info.has(Ext::kIeth)) IethRepr::parse(at(Ext::kIeth), x.ieth);
+  if (info.has(Ext::kCnpReserved)) {
+    Bytes r = at(Ext::kCnpReserved);
+    for (size_t i = 0; i < x.cnp_reserved.size(); ++i) x.cnp_reserved[i] = r[i];
+  }
+}
+
+void emit_ext(const OpcodeInfo& info, const ExtHeaders& x, MutBytes b) {
+  auto at = [&](Ext e) { return b.subspan(info.offset_of(e)); };
+  if (info.has(Ext::kFeth)) x.feth.emit(at(Ext::kFeth));
+  if (info.has(Ext::kDeth)) x.deth.emit(at(Ext::kDeth));
+  if (info.has(Ext::kReth)) x.reth.emit(at(Ext::kReth));
+  if (info.has(Ext::kAtomicEth)) x.atomic.emit(at(Ext::kAtomicEth));
+  if (info.has(Ext::kAeth)) x.aeth.emit(at(Ext::kAeth));
+  if (info.has(Ext::kAtomicAckEth)) x.atomic_ack.emit(at(Ext::kAtomicAckEth));
+  if (info.has(Ext::kImmDt)) x.imm.emit(at(Ext::kImmDt));
+  if (info.has(Ext::kIeth)) x.ieth.emit(at(Ext::kIeth));
+  if (info.has(Ext::kCnpReserved)) {
+    MutBytes r = at(Ext::kCnpReserved);
+    for (size_t i = 0; i < x.cnp_reserved.size(); ++i) r[i] = x.cnp_reserved[i];
+  }
+}
+
+}  // namespace
+
+ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt) {
+  out.reached = Layer::kNone;
+  out.info = nullptr;
+  RoceHeaders& h = out.hdr;
+
+  // Ethernet (+ 802.1Q)
+  if (auto e = EthernetRepr::parse(frame, h.eth); e != ParseError::kOk) return e;
+  out.reached = Layer::kEthernet;
+  out.l3_offset = h.eth.header_len();
+  Bytes l3 = frame.subspan(out.l3_offset);
+
+  // IP
+  Bytes ip_payload;
+  if (h.eth.ethertype == kEtherTypeIpv4) {
+    h.ipv6 = false;
+    if (auto e = Ipv4Repr::parse(l3, h.ip4); e != ParseError::kOk) return e;
+    if (h.ip4.protocol != kIpProtoUdp) return ParseError::kNotUdp;
+    Ipv4View v(l3);
+    ip_payload = v.payload();
+    l3 = l3.first(v.total_len());
+  } else if (h.eth.ethertype == kEtherTypeIpv6) {
+    h.ipv6 = true;
+    if (auto e = Ipv6Repr::parse(l3, h.ip6); e != ParseError::kOk) return e;
+    if (h.ip6.next_header != kIpProtoUdp) return ParseError::kNotUdp;
+    ip_payload = Ipv6View(l3).payload();
+    l3 = l3.first(Ipv6View::kLen + h.ip6.payload_len);
+  } else {
+    return ParseError::kNotIp;
+  }
+  out.reached = Layer::kIp;
+  out.l4_offset = out.l3_offset + h.ip_header_len();
+  out.trailer = frame.subspan(out.l3_offset + l3.size());
+
+  // UDP
+  if (auto e = UdpRepr::parse(ip_payload, h.udp); e != ParseError::kOk) return e;
+  if (h.udp.dst_port != kRoceV2Port) return ParseError::kNotRoce;
+  out.reached = Layer::kUdp;
+  out.bth_offset = out.l4_offset + UdpView::kLen;
+  Bytes roce = ip_payload.subspan(UdpView::kLen);  // BTH .. ICRC
+
+  // BTH and the opcode's extension headers
+  if (auto e = BthRepr::parse(roce, h.bth); e != ParseError::kOk) return e;
+  out.reached = Layer::kBth;
+  if (h.bth.tver != 0) return ParseError::kBadVersion;
+  const OpcodeInfo& info = opcode_info(h.bth.opcode);
+  if (!info.valid) return ParseError::kUnknownOpcode;
+  out.info = &info;
+  if (roce.size() < size_t{info.length} + kIcrcLen) return ParseError::kTruncated;
+  parse_ext(info, roce, h.ext);
+
+  // Payload, pad, ICRC
+  const size_t body = roce.size() - info.length - kIcrcLen;  // payload + pad
+  const size_t pad = h.bth.pad_count;
+  if (pad > body) return ParseError::kBadPad;
+  if (!info.has_payload && body != 0) return ParseError::kBadPayloadLen;
+  // Only the packet that ends a message may be padded: first/middle carry whole MTUs.
+  if (pad != 0 && !info.ends_message()) return ParseError::kBadPad;
+  out.payload = roce.subspan(info.length, body - pad);
+  out.pad = roce.subspan(info.length + body - pad, pad);
+  if (info.fixed_payload != 0 && out.payload.size() != info.fixed_payload)
+    return ParseError::kBadPayloadLen;
+  out.icrc_wire = load_icrc(&roce[roce.size() - kIcrcLen]);
+  out.reached = Layer::kComplete;
+
+  if (opt.verify_icrc) {
+    out.icrc_calc = icrc_compute(l3.first(l3.size() - kIcrcLen), h.ipv6, h.ip_header_len(),
+                                 opt.crc);
+    if (out.icrc_calc != out.icrc_wire) return ParseError::kBadIcrc;
+  } else {
+    out.icrc_calc = out.icrc_wire;
+  }
+  return ParseError::kOk;
+}
+
+size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len) {
+  const OpcodeInfo& info = opcode_info(h.bth.opcode);
+  const size_t pad = (4 - (payload_len & 3)) & 3;
+  return h.eth.header_len() + h.ip_header_len() + UdpView::kLen + info.length + payload_len +
+         pad + kIcrcLen + trailer_len;
+}
+
+size_t build_frame(const RoceHeaders& hin, Bytes payload, MutBytes out, const BuildExtras& x) {
+  const OpcodeInfo& info = opcode_info(hin.bth.opcode);
+  if (!info.valid) return 0;
+  const size_t len = frame_len(hin, payload.size(), x.trailer.size());
+  if (out.size() < len) return 0;
+
+  RoceHeaders h = hin;
+  const size_t pad = (4 - (payload.size() & 3)) & 3;
+  h.bth.pad_count = static_cast<uint8_t>(pad);
+  const size_t udp_len = UdpView::kLen + info.length + payload.size() + pad + kIcrcLen;
+  h.udp.length = static_cast<uint16_t>(udp_len);
+
+  h.eth.ethertype = h.ipv6 ? kEtherTypeIpv6 : kEtherTypeIpv4;
+  size_t off = 0;
+  h.eth.emit(out);
+  off += h.eth.header_len();
+  const size_t l3_off = off;
+  if (h.ipv6) {
+    h.ip6.payload_len = static_cast<uint16_t>(udp_len);
+    h.ip6.emit(out.subspan(off));
+  } else {
+    h.ip4.total_len = static_cast<uint16_t>(h.ip4.header_len() + udp_len);
+    h.ip4.emit(out.subspan(off));
+  }
+  off += h.ip_header_len();
+  h.udp.emit(out.subspan(off));
+  off += UdpView::kLen;
+  h.bth.emit(out.subspan(off));
+  emit_ext(info, h.ext, out.subspan(off));
+  off += info.length;
+  for (size_t i = 0; i < payload.size(); ++i) out[off + i] = payload[i];
+  off += payload.size();
+  for (size_t i = 0; i < pad; ++i) out[off + i] = i < x.pad.size() ? x.pad[i] : 0;
+  off += pad;
+  const Bytes l3(out.data() + l3_off, off - l3_off);
+  store_icrc(&out[off], icrc_compute(l3, h.ipv6, h.ip_header_len()));
+  off += kIcrcLen;
+  for (size_t i = 0; i < x.trailer.size(); ++i) out[off + i] = x.trailer[i];
+  return len;
+}
+
+}  // namespace uroce::wire

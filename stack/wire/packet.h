@@ -1,0 +1,101 @@
+// A whole RoCEv2 frame: parse (Ethernet -> IP -> UDP -> BTH -> extension headers from the
+// opcode table -> payload -> pad -> ICRC) and build (the inverse, with every length,
+// checksum, pad count and the ICRC filled in).
+//
+// Neither allocates: a ParsedPacket refers into the frame it came from, and build_frame
+// writes into a caller-supplied buffer.
+#pragma once
+
+#include <array>
+
+#include "wire/aeth.h"
+#include "wire/atomic_eth.h"
+#include "wire/bth.h"
+#include "wire/deth.h"
+#include "wire/error.h"
+#include "wire/ethernet.h"
+#include "wire/feth.h"
+#include "wire/icrc.h"
+#include "wire/ieth.h"
+#include "wire/immdt.h"
+#include "wire/ipv4.h"
+#include "wire/ipv6.h"
+#include "wire/opcode.h"
+#include "wire/reth.h"
+#include "wire/udp.h"
+
+namespace uroce::wire {
+
+/// Extension headers; which of them are meaningful is given by the opcode's ext_mask.
+struct ExtHeaders {
+  FethRepr feth;
+  DethRepr deth;
+  RethRepr reth;
+  AtomicEthRepr atomic;
+  AethRepr aeth;
+  AtomicAckEthRepr atomic_ack;
+  ImmDtRepr imm;
+  IethRepr ieth;
+  std::array<uint8_t, 16> cnp_reserved{};
+  bool operator==(const ExtHeaders&) const = default;
+};
+
+/// Every header of a RoCEv2 frame as plain values.
+struct RoceHeaders {
+  EthernetRepr eth;
+  bool ipv6 = false;
+  Ipv4Repr ip4;  // when !ipv6
+  Ipv6Repr ip6;  // when ipv6
+  UdpRepr udp;
+  BthRepr bth;
+  ExtHeaders ext;
+
+  size_t ip_header_len() const { return ipv6 ? Ipv6Repr::header_len() : ip4.header_len(); }
+  bool operator==(const RoceHeaders&) const = default;
+};
+
+/// How far parsing got; on an error, the headers up to this layer are filled in.
+enum class Layer : uint8_t { kNone, kEthernet, kIp, kUdp, kBth, kComplete };
+
+struct ParsedPacket {
+  RoceHeaders hdr;
+  const OpcodeInfo* info = nullptr;  // set once the BTH parsed
+  Layer reached = Layer::kNone;
+  size_t l3_offset = 0;   // IP header
+  size_t l4_offset = 0;   // UDP header
+  size_t bth_offset = 0;  // BTH
+  Bytes payload;          // without pad
+  Bytes pad;              // 0..3 pad bytes
+  uint32_t icrc_wire = 0;
+  uint32_t icrc_calc = 0;  // only when verified
+  Bytes trailer;           // link-layer bytes after the IP datagram (Ethernet min-size padding)
+
+  bool icrc_ok() const { return icrc_wire == icrc_calc; }
+};
+
+struct ParseOptions {
+  bool verify_icrc = true;
+  CrcImpl crc = CrcImpl::kFast;
+};
+
+/// Parses one Ethernet frame. Returns kOk for a well-formed RoCEv2 packet; kNotIp / kNotUdp /
+/// kNotRoce for other traffic; otherwise the first problem found. On kBadIcrc every field of
+/// `out` is filled in (only the CRC disagrees); on other errors, up to `out.reached`.
+ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt = {});
+
+/// Size of the frame build_frame() will produce.
+size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len = 0);
+
+struct BuildExtras {
+  Bytes pad;      // pad byte values (default: zeros)
+  Bytes trailer;  // bytes to append after the IP datagram
+};
+
+/// Writes a complete frame for `h` (taking the opcode, addresses, ports and header fields
+/// from it) carrying `payload`, computing the BTH pad count, IP/UDP lengths, the IPv4 header
+/// checksum and the ICRC. Returns the frame length, or 0 if `out` is too small or the opcode
+/// is not valid.
+size_t build_frame(const RoceHeaders& h, Bytes payload, MutBytes out,
+                   const BuildExtras& extras = {});
+
+}  // namespace uroce::wire
