@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything uroce needs to build and test, from Debian's packages only.
+# Safe to run again; run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config           # toolchain
+  clang libclang-rt-14-dev                   # libFuzzer + sanitizer runtimes for the fuzz target
+  libpcap-dev libisal-dev libgtest-dev       # pcap files, fast CRC, unit tests
+  tshark                                     # cross-check of our packets with Wireshark's decoder
+  gnuplot-nox                                # plots of the benchmark scripts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; answer "no" without a prompt.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"

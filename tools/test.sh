@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command: builds and runs every test, three ways.
+#   1. plain build (RelWithDebInfo)                      -> build/
+#   2. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/
+#   3. libFuzzer over the frame parser (clang), seeded from pcaps/, for
+#      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
+# Each stage ends with ctest's summary line; the script stops at the first failure.
+# Options: --quick skips the sanitizer and fuzz stages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=${UROCE_JOBS:-2}
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+stage() { printf '\n==== %s ====\n' "$*"; }
+
+stage "plain build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+[ $quick -eq 1 ] && exit 0
+
+stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+stage "fuzzing the frame parser for ${UROCE_FUZZ_SECONDS:-60} s"
+cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
+cmake --build build-fuzz -j"$jobs"
+ctest --test-dir build-fuzz --output-on-failure
