@@ -121,23 +121,24 @@ size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len) {
          pad + kIcrcLen + trailer_len;
 }
 
-size_t build_frame(const RoceHeaders& hin, Bytes payload, MutBytes out, const BuildExtras& x) {
+FrameLayout emit_headers(const RoceHeaders& hin, size_t payload_len, MutBytes out) {
+  FrameLayout lay;
   const OpcodeInfo& info = opcode_info(hin.bth.opcode);
-  if (!info.valid) return 0;
-  const size_t len = frame_len(hin, payload.size(), x.trailer.size());
-  if (out.size() < len) return 0;
+  if (!info.valid) return lay;
+  const size_t len = frame_len(hin, payload_len);
+  if (out.size() < len) return lay;
 
   RoceHeaders h = hin;
-  const size_t pad = (4 - (payload.size() & 3)) & 3;
+  const size_t pad = (4 - (payload_len & 3)) & 3;
   h.bth.pad_count = static_cast<uint8_t>(pad);
-  const size_t udp_len = UdpView::kLen + info.length + payload.size() + pad + kIcrcLen;
+  const size_t udp_len = UdpView::kLen + info.length + payload_len + pad + kIcrcLen;
   h.udp.length = static_cast<uint16_t>(udp_len);
-
   h.eth.ethertype = h.ipv6 ? kEtherTypeIpv6 : kEtherTypeIpv4;
+
   size_t off = 0;
   h.eth.emit(out);
   off += h.eth.header_len();
-  const size_t l3_off = off;
+  lay.l3_off = off;
   if (h.ipv6) {
     h.ip6.payload_len = static_cast<uint16_t>(udp_len);
     h.ip6.emit(out.subspan(off));
@@ -151,14 +152,32 @@ size_t build_frame(const RoceHeaders& hin, Bytes payload, MutBytes out, const Bu
   h.bth.emit(out.subspan(off));
   emit_ext(info, h.ext, out.subspan(off));
   off += info.length;
-  for (size_t i = 0; i < payload.size(); ++i) out[off + i] = payload[i];
-  off += payload.size();
-  for (size_t i = 0; i < pad; ++i) out[off + i] = i < x.pad.size() ? x.pad[i] : 0;
+  lay.payload_off = off;
+  off += payload_len;
+  for (size_t i = 0; i < pad; ++i) out[off + i] = 0;
   off += pad;
-  const Bytes l3(out.data() + l3_off, off - l3_off);
-  store_icrc(&out[off], icrc_compute(l3, h.ipv6, h.ip_header_len()));
-  off += kIcrcLen;
-  for (size_t i = 0; i < x.trailer.size(); ++i) out[off + i] = x.trailer[i];
+  lay.icrc_off = off;
+  lay.len = off + kIcrcLen;
+  lay.ip_hdr_len = h.ip_header_len();
+  lay.ipv6 = h.ipv6;
+  return lay;
+}
+
+void seal_frame(MutBytes out, const FrameLayout& lay) {
+  const Bytes l3(out.data() + lay.l3_off, lay.icrc_off - lay.l3_off);
+  store_icrc(&out[lay.icrc_off], icrc_compute(l3, lay.ipv6, lay.ip_hdr_len));
+}
+
+size_t build_frame(const RoceHeaders& h, Bytes payload, MutBytes out, const BuildExtras& x) {
+  const size_t len = frame_len(h, payload.size(), x.trailer.size());
+  if (out.size() < len) return 0;
+  const FrameLayout lay = emit_headers(h, payload.size(), out);
+  if (lay.len == 0) return 0;
+  for (size_t i = 0; i < payload.size(); ++i) out[lay.payload_off + i] = payload[i];
+  for (size_t i = 0; i < x.pad.size() && lay.payload_off + payload.size() + i < lay.icrc_off; ++i)
+    out[lay.payload_off + payload.size() + i] = x.pad[i];
+  seal_frame(out, lay);
+  for (size_t i = 0; i < x.trailer.size(); ++i) out[lay.len + i] = x.trailer[i];
   return len;
 }
 

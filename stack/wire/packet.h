@@ -83,6 +83,24 @@ struct ParseOptions {
 /// `out` is filled in (only the CRC disagrees); on other errors, up to `out.reached`.
 ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt = {});
 
+/// Where things landed in a frame written by emit_headers().
+struct FrameLayout {
+  size_t len = 0;          // whole frame (0: emit failed)
+  size_t l3_off = 0;       // IP header
+  size_t payload_off = 0;  // first payload byte
+  size_t icrc_off = 0;     // the 4 ICRC bytes
+  size_t ip_hdr_len = 0;
+  bool ipv6 = false;
+};
+
+/// The zero-copy way to build a frame: writes every header (lengths, pad count, IPv4 checksum
+/// filled in) and zero pad bytes for a payload of `payload_len` bytes, but not the payload
+/// itself. Copy the payload to out[payload_off ...], then call seal_frame(). Returns a layout
+/// with len 0 if `out` is too small or the opcode is invalid.
+FrameLayout emit_headers(const RoceHeaders& h, size_t payload_len, MutBytes out);
+/// Computes and stores the ICRC once the payload is in place.
+void seal_frame(MutBytes out, const FrameLayout& layout);
+
 /// Size of the frame build_frame() will produce.
 size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len = 0);
 

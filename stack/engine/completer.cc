@@ -1,0 +1,293 @@
+// Completer: the requester's other half. Processes ACKs, NAKs, RNR NAKs, READ responses and
+// atomic ACKs (IBA 9.7.5): retires acknowledged WQEs in order, writes READ and atomic results
+// into local buffers, runs the retransmission timer (4.096 us * 2^timeout) and the RNR wait,
+// goes back N on a PSN sequence error, and turns remote errors into completions.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine.h"
+
+namespace uroce {
+
+using namespace wire;
+
+namespace {
+/// First not-done WQE at or after the front, as an absolute index.
+uint64_t first_open(Qp* qp) {
+  uint64_t i = qp->sq.head_index();
+  while (i < qp->sq_assigned_end && qp->sq.at_abs(i).state == WqeState::kDone) ++i;
+  return i;
+}
+}  // namespace
+
+void Engine::arm_retransmit(Qp* qp) {
+  const bool outstanding = qp->sq_psn != qp->comp_psn;
+  if (qp->timeout == 0 || !outstanding || qp->rnr_waiting ||
+      (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD)) {
+    timers_.cancel(qp->retransmit_timer);
+    return;
+  }
+  // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout.
+  timers_.arm(qp->retransmit_timer, now_ + (uint64_t{4096} << qp->timeout));
+}
+
+void Engine::fail_send(Qp* qp, SendWqe& w, ibv_wc_status st) {
+  if (w.is_read_or_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
+  w.state = WqeState::kDone;
+  w.status = st;
+  retire_sq(qp);  // WQEs before it complete normally, then this one with its error
+  enter_error(qp);
+}
+
+void Engine::ack_upto(Qp* qp, Psn upto) {
+  // Everything with PSN < upto has been executed by the responder.
+  bool progress = false;
+  for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
+    SendWqe& w = qp->sq.at_abs(i);
+    if (w.state == WqeState::kDone) continue;
+    if (w.last_psn() - upto >= 0) {
+      // Partly acknowledged: a go-back-N need not re-send the acknowledged packets.
+      if (i == qp->sq_cursor && !w.is_read_or_atomic() && upto - w.first_psn > 0 &&
+          static_cast<uint32_t>(upto - w.first_psn) > w.sent)
+        w.sent = static_cast<uint32_t>(upto - w.first_psn);
+      break;
+    }
+    if (w.is_read_or_atomic()) {
+      // A later PSN was acknowledged but this READ/ATOMIC's response never came: it was
+      // lost. Ask again (an "implicit NAK", IBA 9.7.5.1.4).
+      counters_.inc(Counter::implicit_naks);
+      retry_from(qp, w.first_psn + static_cast<int32_t>(w.read_done));
+      break;
+    }
+    complete_send(qp, w);
+    progress = true;
+  }
+  if (upto - qp->comp_psn > 0) {
+    qp->comp_psn = upto;
+    progress = true;
+  }
+  if (progress) {
+    qp->retry_left = qp->retry_cnt;  // forward progress refills the retry budget
+    retire_sq(qp);
+    const uint64_t open = first_open(qp);
+    if (qp->sq_cursor < open) qp->sq_cursor = open;
+    arm_retransmit(qp);
+    schedule(qp);  // the window may have opened
+  }
+}
+
+void Engine::retry_from(Qp* qp, Psn psn) {
+  // Go back N: re-send every packet from `psn` on, with the same PSNs.
+  for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
+    SendWqe& w = qp->sq.at_abs(i);
+    if (w.state == WqeState::kDone || w.last_psn() - psn < 0) continue;
+    qp->sq_cursor = i;
+    w.sent = w.is_read_or_atomic() ? 0 : static_cast<uint32_t>(std::max(0, psn - w.first_psn));
+    w.state = WqeState::kSending;
+    for (uint64_t j = i + 1; j < qp->sq_assigned_end; ++j) {
+      SendWqe& later = qp->sq.at_abs(j);
+      if (later.state == WqeState::kDone) continue;
+      later.sent = 0;
+      later.state = WqeState::kSending;
+    }
+    qp->pkts_since_ackreq = 0;
+    schedule(qp);
+    break;
+  }
+  arm_retransmit(qp);
+}
+
+void Engine::on_retransmit_timeout(Qp* qp) {
+  if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
+  if (qp->sq_psn == qp->comp_psn) return;
+  counters_.inc(Counter::retransmit_timeouts);
+  if (qp->retry_left == 0) {
+    const uint64_t i = first_open(qp);
+    if (i < qp->sq_assigned_end) {
+      counters_.inc(Counter::retry_exceeded);
+      fail_send(qp, qp->sq.at_abs(i), IBV_WC_RETRY_EXC_ERR);
+    }
+    return;
+  }
+  --qp->retry_left;
+  retry_from(qp, qp->comp_psn);
+}
+
+void Engine::on_rnr_timeout(Qp* qp) {
+  qp->rnr_waiting = false;
+  if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
+  schedule(qp);
+  arm_retransmit(qp);
+}
+
+bool Engine::scatter(Qp* qp, const SendWqe& w, uint32_t offset, const uint8_t* src,
+                     uint32_t len) {
+  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
+    const Sge& s = w.sge[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const uint32_t n = std::min(len, s.length - offset);
+    uint8_t* host;
+    if (mrs_.check(s.lkey, qp->pd, s.addr + offset, n, IBV_ACCESS_LOCAL_WRITE, &host) !=
+        mem::AccessError::kOk)
+      return false;
+    std::memcpy(host, src, n);
+    src += n;
+    len -= n;
+    offset = 0;
+  }
+  return len == 0;
+}
+
+void Engine::completer(Qp* qp, const ParsedPacket& p) {
+  if (qp->type != IBV_QPT_RC) return;
+  const Psn psn(p.hdr.bth.psn);
+  const OpcodeInfo& info = *p.info;
+
+  // A response must be for a PSN we have sent and not yet seen acknowledged.
+  if (psn - qp->sq_psn >= 0) {
+    counters_.inc(Counter::rx_drop_unexpected_resp);
+    return;
+  }
+
+  if (info.op == Operation::kAck) {
+    const AethRepr& a = p.hdr.ext.aeth;
+    if (psn - qp->comp_psn < -1) return;  // an old, duplicate ACK
+    switch (a.kind()) {
+      case AckKind::kAck: ack_upto(qp, psn + 1); return;
+      case AckKind::kRnrNak: {
+        counters_.inc(Counter::rnr_naks_rcvd);
+        ack_upto(qp, psn);
+        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
+        if (qp->rnr_retry_left == 0) {
+          const uint64_t i = first_open(qp);
+          if (i < qp->sq_assigned_end) {
+            counters_.inc(Counter::rnr_retry_exceeded);
+            fail_send(qp, qp->sq.at_abs(i), IBV_WC_RNR_RETRY_EXC_ERR);
+          }
+          return;
+        }
+        if (qp->rnr_retry != 7) --qp->rnr_retry_left;  // 7 means retry forever
+        retry_from(qp, psn);
+        qp->rnr_waiting = true;
+        timers_.cancel(qp->retransmit_timer);
+        // Wait at least the responder's timer value before sending again.
+        timers_.arm(qp->rnr_timer, now_ + rnr_timer_ns(a.rnr_timer_code()));
+        return;
+      }
+      case AckKind::kNak: {
+        ack_upto(qp, psn);  // a NAK acknowledges everything before its PSN
+        if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
+        if (a.nak_code() == NakCode::kPsnSeqError) {
+          counters_.inc(Counter::seq_naks_rcvd);
+          if (qp->retry_left == 0) {
+            const uint64_t i = first_open(qp);
+            if (i < qp->sq_assigned_end) {
+              counters_.inc(Counter::retry_exceeded);
+              fail_send(qp, qp->sq.at_abs(i), IBV_WC_RETRY_EXC_ERR);
+            }
+            return;
+          }
+          --qp->retry_left;
+          retry_from(qp, psn);
+          return;
+        }
+        counters_.inc(Counter::error_naks_rcvd);
+        ibv_wc_status st = IBV_WC_REM_OP_ERR;
+        if (a.nak_code() == NakCode::kInvalidRequest) st = IBV_WC_REM_INV_REQ_ERR;
+        if (a.nak_code() == NakCode::kRemoteAccessError) st = IBV_WC_REM_ACCESS_ERR;
+        const uint64_t i = first_open(qp);
+        if (i < qp->sq_assigned_end) fail_send(qp, qp->sq.at_abs(i), st);
+        return;
+      }
+      case AckKind::kReserved: counters_.inc(Counter::rx_drop_unexpected_resp); return;
+    }
+    return;
+  }
+
+  // READ response or ATOMIC ACKNOWLEDGE: find the READ/ATOMIC it answers. Everything before
+  // it with a lower PSN is implicitly acknowledged.
+  for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
+    SendWqe& w = qp->sq.at_abs(i);
+    if (w.state == WqeState::kDone) continue;
+    if (!w.is_read_or_atomic()) {
+      if (w.last_psn() - psn < 0) continue;  // acknowledged below
+      counters_.inc(Counter::rx_drop_unexpected_resp);
+      return;
+    }
+    const Psn expected = w.first_psn + static_cast<int32_t>(w.read_done);
+    if (psn - expected < 0) {
+      if (w.last_psn() - psn < 0) continue;  // (cannot happen: in-range check below)
+      return;  // a duplicate response
+    }
+    if (psn - w.last_psn() > 0) {
+      // This READ/ATOMIC's response is missing and a later one arrived: go back.
+      counters_.inc(Counter::implicit_naks);
+      ack_upto(qp, w.first_psn);
+      retry_from(qp, expected);
+      return;
+    }
+    if (psn != expected) {
+      // A response segment went missing (PSN gap inside the READ): ask again from there.
+      ack_upto(qp, w.first_psn);
+      counters_.inc(Counter::seq_naks_rcvd);
+      if (qp->retry_left == 0) {
+        counters_.inc(Counter::retry_exceeded);
+        fail_send(qp, w, IBV_WC_RETRY_EXC_ERR);
+        return;
+      }
+      --qp->retry_left;
+      retry_from(qp, expected);
+      return;
+    }
+    ack_upto(qp, w.first_psn);
+    if (qp->state == IBV_QPS_ERR) return;
+    if (info.op == Operation::kAtomicAck) {
+      if (w.opcode == IBV_WR_RDMA_READ) {
+        fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
+        return;
+      }
+      const uint64_t orig = p.hdr.ext.atomic_ack.orig;
+      uint8_t buf[8];
+      std::memcpy(buf, &orig, 8);  // the original value, in host order, like a load
+      if (!scatter(qp, w, 0, buf, 8)) {
+        fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
+        return;
+      }
+    } else {
+      if (w.opcode != IBV_WR_RDMA_READ) {
+        fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
+        return;
+      }
+      // Segment sizes: every segment but the last carries a full MTU.
+      const uint32_t offset = w.read_done * qp->mtu;
+      const uint32_t want = std::min(qp->mtu, w.length - std::min(w.length, offset));
+      const bool last_seg = w.read_done + 1 == w.npkts;
+      const bool pos_ok = last_seg ? info.ends_message() : !info.ends_message();
+      if (p.payload.size() != want || !pos_ok ||
+          (w.read_done == 0) != info.starts_message()) {
+        fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
+        return;
+      }
+      if (!scatter(qp, w, offset, p.payload.data(), want)) {
+        fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
+        return;
+      }
+      ++w.read_done;
+      qp->comp_psn = psn + 1;
+      qp->retry_left = qp->retry_cnt;
+      if (!last_seg) {
+        arm_retransmit(qp);
+        return;
+      }
+    }
+    complete_send(qp, w);
+    ack_upto(qp, psn + 1);
+    return;
+  }
+  counters_.inc(Counter::rx_drop_unexpected_resp);
+}
+
+}  // namespace uroce

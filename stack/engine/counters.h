@@ -1,0 +1,85 @@
+// Per-reason counters for every drop, NAK, retransmission and timeout — uroce's equivalent of
+// rdma_rxe's hw_counters. One flat array indexed by an enum, so that counting is a single
+// increment on the hot path and tools can print them all by name.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "wire/error.h"
+
+namespace uroce {
+
+#define UROCE_COUNTERS(X)                                                               \
+  X(rx_frames, "frames received from the port")                                         \
+  X(rx_roce, "RoCEv2 packets accepted by validation")                                   \
+  X(rx_not_roce, "frames that were not RoCEv2 (ARP, other UDP, other protocols)")       \
+  X(rx_drop_malformed, "RoCEv2 frames dropped by the parser (see rx_parse_* counters)") \
+  X(rx_drop_wrong_dst, "frames not addressed to this device's MAC or IP")               \
+  X(rx_drop_unknown_qpn, "destination QP does not exist")                               \
+  X(rx_drop_gsi, "packets for QP1 (management datagrams are not supported)")            \
+  X(rx_drop_qp_type, "opcode's transport does not match the QP type")                   \
+  X(rx_drop_qp_state, "QP is not in a state that accepts this packet")                  \
+  X(rx_drop_bad_pkey, "P_Key does not match the QP's partition")                        \
+  X(rx_drop_bad_qkey, "UD Q_Key does not match the QP's Q_Key")                         \
+  X(rx_drop_bad_src, "RC/UC packet from an address other than the QP's peer")           \
+  X(rx_drop_ud_no_recv, "UD datagram dropped: no receive WQE posted")                   \
+  X(rx_drop_uc_msg, "UC packets dropped (PSN gap, no receive WQE or bad access)")       \
+  X(rx_drop_unexpected_resp, "response or ACK that matches no outstanding request")     \
+  X(rx_drop_cnp, "congestion notification packets (counted, no rate control yet)")      \
+  X(tx_frames, "frames transmitted")                                                    \
+  X(tx_loopback, "frames delivered to this device itself (loopback)")                   \
+  X(tx_no_buffers, "transmit postponed: frame pool exhausted or port busy")             \
+  X(dup_requests, "duplicate requests received (PSN behind ePSN)")                      \
+  X(dup_reads_replayed, "duplicate READ requests answered from saved state")            \
+  X(dup_atomics_replayed, "duplicate atomics answered without executing again")         \
+  X(out_of_seq_requests, "requests ahead of ePSN (a packet was lost)")                  \
+  X(seq_naks_sent, "NAK PSN sequence error sent")                                       \
+  X(rnr_naks_sent, "RNR NAK sent (no receive WQE)")                                     \
+  X(inv_req_naks_sent, "NAK invalid request sent")                                      \
+  X(access_naks_sent, "NAK remote access error sent")                                   \
+  X(rem_op_naks_sent, "NAK remote operational error sent")                              \
+  X(acks_sent, "ACK packets sent")                                                      \
+  X(seq_naks_rcvd, "NAK PSN sequence error received")                                   \
+  X(rnr_naks_rcvd, "RNR NAK received")                                                  \
+  X(error_naks_rcvd, "NAK invalid request / access / operational error received")       \
+  X(implicit_naks, "READ/ATOMIC responses missing when a later PSN was ACKed")          \
+  X(retransmit_timeouts, "retransmission timer expirations")                            \
+  X(retransmitted_pkts, "packets sent again (go-back-N)")                               \
+  X(retry_exceeded, "WQEs completed with IBV_WC_RETRY_EXC_ERR")                         \
+  X(rnr_retry_exceeded, "WQEs completed with IBV_WC_RNR_RETRY_EXC_ERR")                 \
+  X(cq_overflows, "completions lost to a full CQ (the CQ is then in error)")            \
+  X(completions, "work completions generated")                                          \
+  X(flushed_wqes, "WQEs flushed with IBV_WC_WR_FLUSH_ERR")
+
+enum class Counter : uint16_t {
+#define UROCE_X(id, text) id,
+  UROCE_COUNTERS(UROCE_X)
+#undef UROCE_X
+      kCount
+};
+
+struct CounterInfo {
+  std::string_view name, text;
+};
+inline constexpr std::array<CounterInfo, static_cast<size_t>(Counter::kCount)> kCounterInfo = {{
+#define UROCE_X(id, text) {#id, text},
+    UROCE_COUNTERS(UROCE_X)
+#undef UROCE_X
+}};
+
+class Counters {
+ public:
+  void inc(Counter c, uint64_t n = 1) { v_[static_cast<size_t>(c)] += n; }
+  void inc(wire::ParseError e) { parse_[static_cast<size_t>(e)] += 1; }
+  uint64_t get(Counter c) const { return v_[static_cast<size_t>(c)]; }
+  uint64_t get(wire::ParseError e) const { return parse_[static_cast<size_t>(e)]; }
+  uint64_t operator[](Counter c) const { return get(c); }
+
+ private:
+  std::array<uint64_t, static_cast<size_t>(Counter::kCount)> v_{};
+  std::array<uint64_t, static_cast<size_t>(wire::ParseError::kCount)> parse_{};
+};
+
+}  // namespace uroce

@@ -1,0 +1,453 @@
+// Engine core: device queries, the poll loop, receive validation, transmit batching,
+// timers, completions and async events.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace uroce {
+
+using namespace wire;
+
+namespace {
+constexpr size_t kRxBurst = 32;
+constexpr size_t kTxBurst = 32;
+
+uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<unsigned>(m); }
+
+Gid link_local_gid(const MacAddr& m) {
+  Gid g{};
+  g[0] = 0xfe;
+  g[1] = 0x80;
+  g[8] = static_cast<uint8_t>(m[0] ^ 0x02);  // modified EUI-64
+  g[9] = m[1];
+  g[10] = m[2];
+  g[11] = 0xff;
+  g[12] = 0xfe;
+  g[13] = m[3];
+  g[14] = m[4];
+  g[15] = m[5];
+  return g;
+}
+}  // namespace
+
+Engine::Engine(Port& port, const EngineConfig& cfg)
+    : port_(port),
+      cfg_(cfg),
+      mac_(port.mac()),
+      mrs_(cfg.max_mr, cfg.seed),
+      active_(cfg.max_qp),
+      events_(4096),
+      loopback_(4096) {
+  gids_.push_back(link_local_gid(mac_));
+  if (cfg_.ipv4) gids_.push_back(ipv4_mapped_gid(*cfg_.ipv4));
+  if (cfg_.ipv6) gids_.push_back(*cfg_.ipv6);
+  // The active MTU can't exceed what fits in the port's frames.
+  while (cfg_.active_mtu > IBV_MTU_256 &&
+         mtu_bytes(cfg_.active_mtu) + 18 + 40 + 8 + 60 + 4 > port_.max_frame_len())
+    cfg_.active_mtu = static_cast<ibv_mtu>(cfg_.active_mtu - 1);
+  if (cfg_.node_guid == 0) {
+    for (int i = 0; i < 3; ++i) cfg_.node_guid = cfg_.node_guid << 8 | mac_[i];
+    cfg_.node_guid = cfg_.node_guid << 16 | 0xfffe;
+    for (int i = 3; i < 6; ++i) cfg_.node_guid = cfg_.node_guid << 8 | mac_[i];
+  }
+  tx_batch_.reserve(kTxBurst);
+}
+
+Engine::~Engine() {
+  flush_tx();
+  while (!loopback_.empty()) {
+    port_.free_frame(loopback_.front());
+    loopback_.pop();
+  }
+}
+
+// ---- Device ---------------------------------------------------------------------------
+
+void Engine::query_device(ibv_device_attr* a) const {
+  *a = ibv_device_attr{};
+  std::snprintf(a->fw_ver, sizeof a->fw_ver, "uroce 0.1.0");
+  a->node_guid = __builtin_bswap64(cfg_.node_guid);
+  a->sys_image_guid = a->node_guid;
+  a->max_mr_size = ~0ull;
+  a->page_size_cap = 0xfffff000;
+  a->vendor_id = 0xffffff;  // no IEEE OUI: a software device
+  a->vendor_part_id = 0;
+  a->max_qp = static_cast<int>(cfg_.max_qp);
+  a->max_qp_wr = static_cast<int>(cfg_.max_qp_wr);
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
+                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
+  a->max_sge = static_cast<int>(cfg_.max_sge);
+  a->max_sge_rd = static_cast<int>(cfg_.max_sge);
+  a->max_cq = static_cast<int>(cfg_.max_cq);
+  a->max_cqe = static_cast<int>(cfg_.max_cqe);
+  a->max_mr = static_cast<int>(cfg_.max_mr);
+  a->max_pd = static_cast<int>(cfg_.max_pd);
+  a->max_qp_rd_atom = cfg_.max_rd_atomic;
+  a->max_qp_init_rd_atom = cfg_.max_rd_atomic;
+  a->max_res_rd_atom = static_cast<int>(cfg_.max_rd_atomic * cfg_.max_qp);
+  a->atomic_cap = IBV_ATOMIC_HCA;
+  a->max_ah = static_cast<int>(cfg_.max_ah);
+  a->max_srq = static_cast<int>(cfg_.max_srq);
+  a->max_srq_wr = static_cast<int>(cfg_.max_srq_wr);
+  a->max_srq_sge = static_cast<int>(cfg_.max_sge);
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = 1;
+}
+
+int Engine::query_port(uint8_t port_num, ibv_port_attr* a) const {
+  if (port_num != 1) return EINVAL;
+  *a = ibv_port_attr{};
+  a->state = IBV_PORT_ACTIVE;
+  a->max_mtu = IBV_MTU_4096;
+  a->active_mtu = cfg_.active_mtu;
+  a->gid_tbl_len = static_cast<int>(gids_.size());
+  a->port_cap_flags = IBV_PORT_CM_SUP;
+  a->max_msg_sz = 1u << 31;
+  a->pkey_tbl_len = 1;
+  a->max_vl_num = 1;
+  a->active_width = 2;  // 4x
+  a->active_speed = 32;  // EDR-like figure; software has no real speed
+  a->phys_state = 5;    // LinkUp
+  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int Engine::query_gid(uint8_t port_num, int index, ibv_gid* gid) const {
+  if (port_num != 1 || index < 0 || index >= static_cast<int>(gids_.size())) return EINVAL;
+  std::memcpy(gid->raw, gids_[static_cast<size_t>(index)].data(), 16);
+  return 0;
+}
+
+int Engine::query_pkey(uint8_t port_num, int index, uint16_t* pkey) const {
+  if (port_num != 1 || index != 0) return EINVAL;
+  *pkey = 0xFFFF;  // the default partition, full membership
+  return 0;
+}
+
+void Engine::set_neighbor(const Gid& ip, const MacAddr& mac) {
+  for (auto& [g, m] : neighbors_) {
+    if (g == ip) {
+      m = mac;
+      return;
+    }
+  }
+  neighbors_.emplace_back(ip, mac);
+}
+
+bool Engine::resolve_path(const ibv_ah_attr& ah, Path* path) const {
+  if (!ah.is_global) return false;  // RoCE needs a GRH: the destination is a GID
+  const uint8_t sgid_index = ah.grh.sgid_index;
+  if (sgid_index >= gids_.size()) return false;
+  Path p;
+  std::memcpy(p.dgid.data(), ah.grh.dgid.raw, 16);
+  p.sgid = gids_[sgid_index];
+  p.sgid_index = sgid_index;
+  p.ipv6 = !is_ipv4_mapped(p.dgid);
+  if (p.ipv6 == is_ipv4_mapped(p.sgid)) return false;  // IPv4 source with IPv6 dest or reverse
+  p.traffic_class = ah.grh.traffic_class;
+  p.hop_limit = ah.grh.hop_limit > 1 ? ah.grh.hop_limit : 64;
+  p.flow_label = ah.grh.flow_label;
+  p.sl = ah.sl;
+  // Our own address: loop back.
+  for (const Gid& g : gids_) {
+    if (g == p.dgid) {
+      p.dmac = mac_;
+      *path = p;
+      return true;
+    }
+  }
+  for (const auto& [g, m] : neighbors_) {
+    if (g == p.dgid) {
+      p.dmac = m;
+      *path = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Engine::fill_template(Qp* qp) {
+  RoceHeaders& h = qp->tx_template;
+  h = RoceHeaders{};
+  const Path& p = qp->path;
+  h.eth.src = mac_;
+  h.eth.dst = p.dmac;
+  if (cfg_.vlan_id != 0) {
+    h.eth.has_vlan = true;
+    h.eth.vid = cfg_.vlan_id;
+    h.eth.pcp = static_cast<uint8_t>(p.sl & 7);
+  }
+  h.ipv6 = p.ipv6;
+  if (p.ipv6) {
+    h.ip6.src = p.sgid;
+    h.ip6.dst = p.dgid;
+    h.ip6.traffic_class = p.traffic_class;
+    h.ip6.flow_label = p.flow_label;
+    h.ip6.hop_limit = p.hop_limit;
+  } else {
+    std::copy(p.sgid.begin() + 12, p.sgid.end(), h.ip4.src.begin());
+    std::copy(p.dgid.begin() + 12, p.dgid.end(), h.ip4.dst.begin());
+    h.ip4.dscp = static_cast<uint8_t>(p.traffic_class >> 2);
+    h.ip4.ecn = static_cast<uint8_t>(p.traffic_class & 3);
+    h.ip4.ttl = 64;
+  }
+  // Flow entropy: a per-QP UDP source port in 0xC000..0xFFFF (so ECMP keeps the QP in order).
+  const uint32_t hash = (qp->qpn * 0x9E3779B1u) ^ (qp->dest_qpn * 0x85EBCA6Bu);
+  h.udp.src_port = static_cast<uint16_t>(0xC000 | ((hash >> 16) & 0x3FFF));
+  h.bth.pkey = 0xFFFF;
+  h.bth.dest_qp = qp->dest_qpn;
+}
+
+// ---- Poll loop --------------------------------------------------------------------------
+
+size_t Engine::poll(uint64_t now_ns) {
+  now_ = now_ns;
+  size_t work = 0;
+
+  // 1. Receive: loopback first (our own packets), then the port.
+  std::array<Frame*, kRxBurst> burst;
+  while (!loopback_.empty()) {
+    Frame* f = loopback_.front();
+    loopback_.pop();
+    receive(f);
+    ++work;
+  }
+  const uint16_t n = port_.rx_burst(now_, burst);
+  for (uint16_t i = 0; i < n; ++i) receive(burst[i]);
+  work += n;
+
+  // 2. Timers.
+  work += timers_.advance(now_, [this](Timer& t) { fire_timer(t); });
+
+  // 3. Transmit: every QP with work gets its budget; coalesced ACKs go out here too.
+  run_tx();
+  flush_tx();
+  return work;
+}
+
+uint64_t Engine::next_deadline() const {
+  if (!active_.empty() || !loopback_.empty()) return now_;
+  return timers_.next_expiry();
+}
+
+void Engine::receive(Frame* f) {
+  counters_.inc(Counter::rx_frames);
+  ParsedPacket p;
+  const ParseError e = parse_frame(f->bytes(), p);
+  Qp* qp = nullptr;
+  if (e != ParseError::kOk) {
+    if (is_not_roce(e)) {
+      counters_.inc(Counter::rx_not_roce);
+    } else {
+      counters_.inc(Counter::rx_drop_malformed);
+      counters_.inc(e);
+    }
+  } else if (validate(p, &qp)) {
+    counters_.inc(Counter::rx_roce);
+    if (qp->type == IBV_QPT_UD) {
+      ud_receive(qp, p);
+    } else if (p.info->is_request()) {
+      responder(qp, p);
+    } else {
+      completer(qp, p);
+    }
+  }
+  port_.free_frame(f);
+}
+
+bool Engine::validate(const ParsedPacket& p, Qp** out) {
+  const RoceHeaders& h = p.hdr;
+  // Addressed to us?
+  if (h.eth.dst != mac_) {
+    counters_.inc(Counter::rx_drop_wrong_dst);
+    return false;
+  }
+  const Gid dst = h.ipv6 ? h.ip6.dst : ipv4_mapped_gid(h.ip4.dst);
+  if (std::find(gids_.begin(), gids_.end(), dst) == gids_.end()) {
+    counters_.inc(Counter::rx_drop_wrong_dst);
+    return false;
+  }
+  if (p.info->op == Operation::kCnp) {
+    counters_.inc(Counter::rx_drop_cnp);
+    return false;
+  }
+  const uint32_t qpn = h.bth.dest_qp;
+  if (qpn == 1) {
+    counters_.inc(Counter::rx_drop_gsi);
+    return false;
+  }
+  Qp* qp = qp_by_num(qpn);
+  if (qp == nullptr) {
+    counters_.inc(Counter::rx_drop_unknown_qpn);
+    return false;
+  }
+  const Transport t = p.info->transport;
+  if ((qp->type == IBV_QPT_RC) != (t == Transport::kRc) ||
+      (qp->type == IBV_QPT_UC) != (t == Transport::kUc) ||
+      (qp->type == IBV_QPT_UD) != (t == Transport::kUd)) {
+    counters_.inc(Counter::rx_drop_qp_type);
+    return false;
+  }
+  // Requests need RTR or later; responses need a sender (RTS or SQD). Error/reset drop.
+  const bool ok_state = p.info->is_request()
+                            ? (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS ||
+                               qp->state == IBV_QPS_SQD || qp->state == IBV_QPS_SQE)
+                            : (qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD);
+  if (!ok_state) {
+    counters_.inc(Counter::rx_drop_qp_state);
+    return false;
+  }
+  // P_Key: the low 15 bits must match, and at least one side must be a full member.
+  const uint16_t mine = 0xFFFF;
+  if ((h.bth.pkey & 0x7FFF) != (mine & 0x7FFF) || ((h.bth.pkey | mine) & 0x8000) == 0) {
+    counters_.inc(Counter::rx_drop_bad_pkey);
+    return false;
+  }
+  if (qp->type == IBV_QPT_UD) {
+    if (h.ext.deth.qkey != qp->qkey) {
+      counters_.inc(Counter::rx_drop_bad_qkey);
+      return false;
+    }
+  } else {
+    const Gid src = h.ipv6 ? h.ip6.src : ipv4_mapped_gid(h.ip4.src);
+    if (src != qp->path.dgid) {
+      counters_.inc(Counter::rx_drop_bad_src);
+      return false;
+    }
+  }
+  *out = qp;
+  return true;
+}
+
+void Engine::fire_timer(Timer& t) {
+  Qp* qp = static_cast<Qp*>(t.owner);
+  if (t.kind == kTimerRetransmit) {
+    on_retransmit_timeout(qp);
+  } else {
+    on_rnr_timeout(qp);
+  }
+}
+
+// ---- Transmit ---------------------------------------------------------------------------
+
+void Engine::schedule(Qp* qp) {
+  if (qp->scheduled) return;
+  qp->scheduled = true;
+  active_.push(qp);  // capacity max_qp: cannot be full
+}
+
+void Engine::run_tx() {
+  // Each QP active at the start of this round gets one turn; QPs with work left re-queue.
+  const size_t rounds = active_.size();
+  for (size_t i = 0; i < rounds; ++i) {
+    Qp* qp = active_.front();
+    active_.pop();
+    qp->scheduled = false;
+    uint32_t budget = cfg_.qp_budget;
+    bool more = false;
+    if (qp->flush_pending) flush_qp(qp);
+    if (qp->type != IBV_QPT_UD || qp->state != IBV_QPS_RESET) {
+      more |= responder_step(qp, &budget);
+      more |= requester_step(qp, &budget);
+    }
+    if (more) schedule(qp);
+  }
+}
+
+Frame* Engine::tx_alloc() {
+  Frame* f = port_.alloc_frame();
+  if (f == nullptr) {
+    flush_tx();  // frames may be waiting in our batch
+    f = port_.alloc_frame();
+  }
+  if (f == nullptr) counters_.inc(Counter::tx_no_buffers);
+  return f;
+}
+
+Frame* Engine::build_packet(RoceHeaders& h, size_t payload_len, FrameLayout* lay) {
+  Frame* f = tx_alloc();
+  if (f == nullptr) return nullptr;
+  if (!h.ipv6) h.ip4.ident = ip_id_++;
+  *lay = emit_headers(h, payload_len, f->room());
+  if (lay->len == 0) {
+    port_.free_frame(f);
+    return nullptr;
+  }
+  f->len = static_cast<uint32_t>(lay->len);
+  return f;
+}
+
+void Engine::send_built(Frame* f, const FrameLayout& lay) {
+  seal_frame(f->room(), lay);
+  tx_frame(f);
+}
+
+void Engine::tx_frame(Frame* f) {
+  // Frames for our own MAC never touch the wire: loop them back (two QPs of one device).
+  if (std::equal(mac_.begin(), mac_.end(), f->data)) {
+    counters_.inc(Counter::tx_loopback);
+    if (!loopback_.push(f)) port_.free_frame(f);
+    return;
+  }
+  tx_batch_.push_back(f);
+  if (tx_batch_.size() >= kTxBurst) flush_tx();
+}
+
+void Engine::flush_tx() {
+  size_t off = 0;
+  while (off < tx_batch_.size()) {
+    const uint16_t n = port_.tx_burst(now_, std::span<Frame* const>(tx_batch_).subspan(off));
+    counters_.inc(Counter::tx_frames, n);
+    if (n == 0) {
+      // The port is full: drop what is left (the transport retransmits what matters).
+      for (size_t i = off; i < tx_batch_.size(); ++i) port_.free_frame(tx_batch_[i]);
+      counters_.inc(Counter::tx_no_buffers, tx_batch_.size() - off);
+      break;
+    }
+    off += n;
+  }
+  tx_batch_.clear();
+}
+
+// ---- Completions and events ---------------------------------------------------------------
+
+bool Engine::push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp) {
+  if (cq->overflowed || !cq->ring.push(wc)) {
+    // A lost completion puts the CQ in error and raises IBV_EVENT_CQ_ERR (IBA 11.4.2.1).
+    counters_.inc(Counter::cq_overflows);
+    if (!cq->overflowed) {
+      cq->overflowed = true;
+      post_event(IBV_EVENT_CQ_ERR, nullptr, cq);
+    }
+    if (qp != nullptr && qp->state != IBV_QPS_ERR) enter_error(qp);
+    return false;
+  }
+  ++cq->notify_gen;
+  counters_.inc(Counter::completions);
+  return true;
+}
+
+void Engine::post_event(ibv_event_type type, Qp* qp, Cq* cq, Srq* srq) {
+  events_.push(AsyncEvent{type, qp, cq, srq});
+}
+
+bool Engine::pop_async_event(AsyncEvent* ev) {
+  if (events_.empty()) return false;
+  *ev = events_.front();
+  events_.pop();
+  return true;
+}
+
+int Engine::poll_cq(Cq* cq, int n, ibv_wc* wc) {
+  int got = 0;
+  while (got < n && !cq->ring.empty()) {
+    wc[got++] = cq->ring.front();
+    cq->ring.pop();
+  }
+  return got;
+}
+
+}  // namespace uroce

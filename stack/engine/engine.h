@@ -1,0 +1,205 @@
+// The uroce engine: one RoCEv2 device on one port.
+//
+// It owns the verbs objects (PDs, MRs, CQs, SRQs, AHs, QPs) and runs the transport:
+// poll(now) receives a burst from the port, validates each packet (rxe_recv-style: parse,
+// addresses, QPN, QP type and state, P_Key / Q_Key, ICRC) and hands it to the responder
+// (requests) or the completer (ACKs and responses); then fires due timers and lets every QP
+// with work transmit, in bursts. Time is an argument: production passes a monotonic clock,
+// tests step it. Nothing allocates per packet.
+//
+// The verbs entry points take rdma-core's own structures (ibv_qp_attr, ibv_send_wr, ibv_wc,
+// ...) and return the errno values rdma-core documents, so the libibverbs provider is a thin
+// layer on top. Not thread-safe: one thread drives an engine (the provider adds locking).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/counters.h"
+#include "engine/objects.h"
+#include "engine/timer_wheel.h"
+#include "memory/mr.h"
+#include "uroce/port.h"
+#include "wire/addr.h"
+
+namespace uroce {
+
+struct EngineConfig {
+  std::optional<wire::Ipv4Addr> ipv4;
+  std::optional<wire::Ipv6Addr> ipv6;  // a global IPv6 address (link-local is derived)
+  uint16_t vlan_id = 0;                // 0: untagged
+  ibv_mtu active_mtu = IBV_MTU_4096;   // port's active MTU (capped by the port's frame size)
+  uint32_t max_qp = 4096;
+  uint32_t max_qp_wr = 16384;
+  uint32_t max_sge = kMaxSge;
+  uint32_t max_inline = kMaxInline;
+  uint32_t max_cq = 4096;
+  uint32_t max_cqe = 1u << 20;
+  uint32_t max_mr = 1u << 18;
+  uint32_t max_pd = 4096;
+  uint32_t max_srq = 1024;
+  uint32_t max_srq_wr = 16384;
+  uint32_t max_ah = 1u << 16;
+  uint8_t max_rd_atomic = 16;  // per QP, each direction
+  uint32_t tx_window = 512;    // unacknowledged packets per RC QP
+  uint32_t qp_budget = 64;     // packets a QP may send per poll
+  uint32_t ack_every = 64;     // AckReq at least every this many packets inside a message
+  uint64_t seed = 0x726f6365;  // R_Key randomness and anything else random
+  uint64_t node_guid = 0;      // 0: derived from the MAC
+};
+
+struct AsyncEvent {
+  ibv_event_type type;
+  Qp* qp = nullptr;
+  Cq* cq = nullptr;
+  Srq* srq = nullptr;
+};
+
+class Engine {
+ public:
+  static constexpr uint32_t kFirstQpn = 0x11;  // as rdma_rxe: QP0/QP1 are special
+
+  Engine(Port& port, const EngineConfig& cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- Device, port, GIDs --------------------------------------------------------------
+  void query_device(ibv_device_attr* attr) const;
+  int query_port(uint8_t port_num, ibv_port_attr* attr) const;
+  /// GID table: [0] fe80:: link-local from the MAC, [1] IPv4-mapped (if an IPv4 address is
+  /// configured), then the global IPv6 address. All are RoCEv2 GIDs.
+  int query_gid(uint8_t port_num, int index, ibv_gid* gid) const;
+  int gid_count() const { return static_cast<int>(gids_.size()); }
+  int query_pkey(uint8_t port_num, int index, uint16_t* pkey) const;
+  wire::MacAddr mac() const { return mac_; }
+  /// Static neighbour entry: frames for `ip` go to `mac` (ARP/ND fill this in later).
+  void set_neighbor(const wire::Gid& ip, const wire::MacAddr& mac);
+
+  // ---- Verbs objects (nullptr + errno on failure, or an errno return) ------------------
+  mem::Pd* alloc_pd();
+  int dealloc_pd(mem::Pd* pd);
+  mem::Mr* reg_mr(mem::Pd* pd, void* addr, size_t length, int access);
+  int dereg_mr(mem::Mr* mr);
+  Cq* create_cq(int cqe);
+  int destroy_cq(Cq* cq);
+  Srq* create_srq(mem::Pd* pd, ibv_srq_init_attr* attr);
+  int modify_srq(Srq* srq, ibv_srq_attr* attr, int mask);
+  int query_srq(Srq* srq, ibv_srq_attr* attr) const;
+  int destroy_srq(Srq* srq);
+  Ah* create_ah(mem::Pd* pd, const ibv_ah_attr* attr);
+  int destroy_ah(Ah* ah);
+  Qp* create_qp(mem::Pd* pd, ibv_qp_init_attr* attr);
+  int modify_qp(Qp* qp, ibv_qp_attr* attr, int mask);
+  int query_qp(const Qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
+  int destroy_qp(Qp* qp);
+  Qp* qp_by_num(uint32_t qpn);
+
+  // ---- Data path ------------------------------------------------------------------------
+  int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad);
+  int post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
+  int post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
+  /// Up to n completions; returns how many (never negative).
+  int poll_cq(Cq* cq, int n, ibv_wc* wc);
+
+  /// Runs the pipeline once at time `now_ns`; returns the amount of work done
+  /// (packets received + sent + timers fired), 0 when idle.
+  size_t poll(uint64_t now_ns);
+  /// When the engine next needs poll() even if no packet arrives (TimerWheel::kNever: never).
+  uint64_t next_deadline() const;
+  /// True when a QP still has something to transmit (poll again without waiting).
+  bool has_tx_work() const { return !active_.empty(); }
+
+  bool pop_async_event(AsyncEvent* ev);
+  const Counters& counters() const { return counters_; }
+
+ private:
+  friend class EngineTestPeer;
+
+  // engine.cc
+  void receive(Frame* f);
+  bool validate(const wire::ParsedPacket& p, Qp** out);
+  void fire_timer(Timer& t);
+  void schedule(Qp* qp);
+  void run_tx();
+  Frame* tx_alloc();
+  void tx_frame(Frame* f);
+  void flush_tx();
+  Frame* build_packet(wire::RoceHeaders& h, size_t payload_len,
+                      wire::FrameLayout* lay);
+  void send_built(Frame* f, const wire::FrameLayout& lay);
+  bool push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp);
+  void post_event(ibv_event_type type, Qp* qp, Cq* cq = nullptr, Srq* srq = nullptr);
+  bool resolve_path(const ibv_ah_attr& ah, Path* path) const;
+  void fill_template(Qp* qp);
+
+  // verbs.cc
+  int check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const;
+  void enter_error(Qp* qp);
+  void flush_qp(Qp* qp);
+  void reset_qp(Qp* qp);
+
+  // requester.cc
+  bool requester_step(Qp* qp, uint32_t* budget);
+  bool send_packet(Qp* qp, SendWqe& w);
+  bool prepare_wqe(Qp* qp, SendWqe& w);
+  void complete_send(Qp* qp, SendWqe& w);
+  void retire_sq(Qp* qp);
+  bool gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uint32_t len);
+  void ud_send(Qp* qp, SendWqe& w);
+
+  // completer.cc
+  void completer(Qp* qp, const wire::ParsedPacket& p);
+  void ack_upto(Qp* qp, Psn psn);
+  void retry_from(Qp* qp, Psn psn);
+  void arm_retransmit(Qp* qp);
+  void on_retransmit_timeout(Qp* qp);
+  void on_rnr_timeout(Qp* qp);
+  void fail_send(Qp* qp, SendWqe& w, ibv_wc_status st);
+  bool scatter(Qp* qp, const SendWqe& w, uint32_t offset, const uint8_t* src, uint32_t len);
+
+  // responder.cc
+  void responder(Qp* qp, const wire::ParsedPacket& p);
+  void ud_receive(Qp* qp, const wire::ParsedPacket& p);
+  void execute_request(Qp* qp, const wire::ParsedPacket& p);
+  void duplicate_request(Qp* qp, const wire::ParsedPacket& p);
+  bool take_rwqe(Qp* qp);
+  bool copy_to_rwqe(Qp* qp, const uint8_t* src, uint32_t len);
+  void complete_recv(Qp* qp, const wire::ParsedPacket& p, ibv_wc_status st);
+  void send_ack(Qp* qp, uint8_t syndrome, Psn psn);
+  void queue_ack(Qp* qp, Psn psn);
+  void send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c);
+  void responder_error(Qp* qp, wire::NakCode code, Psn psn, ibv_wc_status local_status);
+  bool responder_step(Qp* qp, uint32_t* budget);
+  bool send_read_response(Qp* qp, RdAtomicRes& r);
+  void send_atomic_ack(Qp* qp, const RdAtomicRes& r);
+  RdAtomicRes* find_res(Qp* qp, Psn psn);
+
+  Port& port_;
+  EngineConfig cfg_;
+  wire::MacAddr mac_{};
+  std::vector<wire::Gid> gids_;
+  std::vector<std::pair<wire::Gid, wire::MacAddr>> neighbors_;
+  uint64_t now_ = 0;
+  uint16_t ip_id_ = 0;
+
+  mem::MrTable mrs_;
+  std::vector<std::unique_ptr<mem::Pd>> pds_;
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Srq>> srqs_;
+  std::vector<std::unique_ptr<Ah>> ahs_;
+  std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - kFirstQpn
+  uint32_t next_handle_ = 1;
+
+  TimerWheel timers_;
+  Ring<Qp*> active_;  // QPs with something to transmit
+  Ring<AsyncEvent> events_;
+  std::vector<Frame*> tx_batch_;
+  Ring<Frame*> loopback_;
+  Counters counters_;
+};
+
+}  // namespace uroce

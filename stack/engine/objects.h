@@ -1,0 +1,229 @@
+// The verbs objects the engine keeps: completion queues, shared receive queues, address
+// handles and queue pairs with all their transport state. Everything is sized when the
+// object is created; nothing here allocates afterwards.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstdint>
+
+#include "engine/timer_wheel.h"
+#include "memory/mr.h"
+#include "util/ring.h"
+#include "wire/addr.h"
+#include "wire/packet.h"
+#include "wire/psn.h"
+
+namespace uroce {
+
+using wire::Psn;
+
+inline constexpr uint32_t kMaxSge = 16;
+inline constexpr uint32_t kMaxInline = 256;
+
+/// A completion queue: a ring of finished work completions.
+struct Cq {
+  ibv_cq ibv{};  // first: the ibv_cq* in verbs structures converts back to the Cq
+  uint32_t handle = 0;
+  Ring<ibv_wc> ring;
+  bool overflowed = false;  // a completion was lost: the CQ is in error (IBA 11.4.2.1)
+  uint32_t users = 0;       // QPs attached
+  uint64_t notify_gen = 0;  // bumped when a completion lands (for completion channels)
+};
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sge{};
+};
+
+struct Srq {
+  ibv_srq ibv{};  // first, as in Cq
+  uint32_t handle = 0;
+  mem::Pd* pd = nullptr;
+  Ring<RecvWqe> ring;
+  uint32_t max_sge = 0;
+  uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
+  uint32_t users = 0;
+};
+
+/// Where packets for a peer go: addresses and the header fields a path fixes.
+struct Path {
+  wire::MacAddr dmac{};
+  wire::Gid sgid{};
+  wire::Gid dgid{};
+  bool ipv6 = false;  // dgid is not IPv4-mapped
+  uint8_t traffic_class = 0;
+  uint8_t hop_limit = 64;
+  uint32_t flow_label = 0;
+  uint8_t sgid_index = 0;
+  uint8_t sl = 0;
+};
+
+/// An address handle (UD destinations). `ibv` comes first so that the ibv_ah* a verbs
+/// program puts in a work request converts back to the Ah.
+struct Ah {
+  ibv_ah ibv{};
+  mem::Pd* pd = nullptr;
+  ibv_ah_attr attr{};
+  Path path;
+};
+
+enum class WqeState : uint8_t {
+  kPosted,   // no PSN assigned yet
+  kSending,  // PSNs assigned, packets [0, sent) transmitted in the current attempt
+  kSent,     // every packet transmitted; waiting for the ACK / response
+  kDone,     // acknowledged (or failed): will complete in order
+};
+
+struct SendWqe {
+  // What the application asked for.
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  unsigned send_flags = 0;
+  uint32_t imm_or_inv = 0;  // imm_data (as posted, network order) or invalidate_rkey
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  Ah* ah = nullptr;  // UD
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sge{};
+  uint32_t length = 0;  // total bytes
+  bool is_inline = false;
+  std::array<uint8_t, kMaxInline> inline_data{};
+
+  // Progress.
+  WqeState state = WqeState::kPosted;
+  Psn first_psn;
+  uint32_t npkts = 0;       // PSNs this WQE uses (READ: response packets)
+  uint32_t sent = 0;        // packets sent in the current attempt (READ: 1 when sent)
+  uint32_t read_done = 0;   // READ: response packets received so far
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  bool signaled = false;
+
+  bool is_read_or_atomic() const {
+    return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+           opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  }
+  Psn last_psn() const { return first_psn + static_cast<int32_t>(npkts) - 1; }
+};
+
+/// A READ or ATOMIC the responder accepted: kept so that a duplicate can be answered from it,
+/// and (READ) the response stream still being sent.
+struct RdAtomicRes {
+  bool valid = false;
+  bool atomic = false;
+  Psn first_psn;
+  uint32_t npkts = 0;
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  uint32_t msn = 0;
+  uint64_t atomic_orig = 0;
+  // Response stream: packets [next, npkts) still to send (READ); atomic ack pending.
+  uint32_t next = 0;
+  bool sending = false;
+};
+
+enum QpTimer : uint8_t { kTimerRetransmit, kTimerRnr };
+
+struct Qp {
+  ibv_qp ibv{};  // first: lets the verbs layer convert ibv_qp* back to Qp*
+  uint32_t qpn = 0;
+  ibv_qp_type type = IBV_QPT_RC;
+  ibv_qp_state state = IBV_QPS_RESET;
+  mem::Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  bool sq_sig_all = false;
+  ibv_qp_cap cap{};
+
+  // Attributes (ibv_modify_qp).
+  uint32_t dest_qpn = 0;
+  uint32_t qkey = 0;
+  uint16_t pkey_index = 0;
+  uint8_t port_num = 1;
+  unsigned access = 0;  // qp_access_flags
+  ibv_mtu path_mtu = IBV_MTU_1024;
+  uint32_t mtu = 1024;
+  uint8_t timeout = 14;
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;
+  uint8_t min_rnr_timer = 12;
+  uint8_t max_rd_atomic = 1;
+  uint8_t max_dest_rd_atomic = 1;
+  uint8_t en_sqd_async_notify = 0;
+  ibv_ah_attr ah_attr{};
+  Path path;
+  wire::RoceHeaders tx_template;  // addresses, ports, P_Key, dest QP: per-packet fields vary
+
+  // Send queue and requester.
+  Ring<SendWqe> sq;
+  uint64_t sq_cursor = 0;        // absolute index of the WQE being sent next
+  uint64_t sq_assigned_end = 0;  // absolute index after the last WQE with PSNs assigned
+  Psn sq_psn;                    // next PSN to assign
+  uint32_t rd_atomic_outstanding = 0;
+  uint32_t pkts_since_ackreq = 0;
+  Psn max_sent_psn;      // highest PSN transmitted (to count retransmissions)
+  bool sent_any = false;
+
+  // Completer.
+  Psn comp_psn;  // oldest PSN not yet acknowledged
+  uint8_t retry_left = 7;
+  uint8_t rnr_retry_left = 7;
+  bool rnr_waiting = false;
+  Timer retransmit_timer;
+  Timer rnr_timer;
+
+  // Receive queue and responder.
+  Ring<RecvWqe> rq;
+  Psn epsn;          // next PSN expected
+  uint32_t msn = 0;  // messages completed (24 bits on the wire)
+  bool seq_nak_sent = false;
+  // The message being received.
+  bool in_msg = false;
+  wire::Operation msg_op = wire::Operation::kSend;
+  bool have_rwqe = false;
+  RecvWqe rwqe;
+  uint32_t rwqe_offset = 0;
+  uint8_t* write_ptr = nullptr;  // RDMA WRITE target in progress
+  uint32_t write_left = 0;
+  uint32_t write_len = 0;
+  bool uc_drop_msg = false;
+  // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin).
+  std::array<RdAtomicRes, 32> res{};
+  uint32_t res_next = 0;
+  uint32_t res_sending = 0;  // resources with a response stream in progress
+  // Coalesced ACK waiting to be sent.
+  bool ack_pending = false;
+  Psn ack_psn;
+  uint8_t ack_syndrome = 0;
+
+  // Engine bookkeeping.
+  bool scheduled = false;  // in the engine's active list
+  bool flush_pending = false;
+  bool sq_drained_notified = false;
+  uint64_t udp_sport = 0xC000;
+};
+
+// The verbs structures carry ibv_* pointers; our objects start with that ibv_* member.
+inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+inline Ah* to_ah(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
+inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+
+/// The completion opcode of a send-side work request.
+ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op);
+
+}  // namespace uroce

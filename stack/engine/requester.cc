@@ -1,0 +1,311 @@
+// Requester: turns send WQEs into packets. Segments each message by the path MTU into
+// first/middle/last/only packets, assigns PSNs, sets AckReq, respects the send window,
+// max_rd_atomic and fences, and re-sends from a given PSN when the completer asks
+// (go-back-N). UC and UD WQEs complete as soon as they are on the wire.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine.h"
+
+namespace uroce {
+
+using namespace wire;
+
+namespace {
+
+uint32_t packets_for(uint32_t length, uint32_t mtu) {
+  return length == 0 ? 1 : (length + mtu - 1) / mtu;
+}
+
+/// The BTH opcode for packet `idx` of `n` of a SEND or RDMA WRITE on an RC or UC QP.
+uint8_t data_opcode(ibv_qp_type type, ibv_wr_opcode op, uint32_t idx, uint32_t n) {
+  const uint8_t base = type == IBV_QPT_UC ? 0x20 : 0x00;
+  const bool first = idx == 0, last = idx + 1 == n;
+  switch (op) {
+    case IBV_WR_SEND:
+      return base | (n == 1 ? opcode::kRcSendOnly
+                    : first ? opcode::kRcSendFirst
+                    : last  ? opcode::kRcSendLast
+                            : opcode::kRcSendMiddle);
+    case IBV_WR_SEND_WITH_IMM:
+      return base | (n == 1 ? opcode::kRcSendOnlyImm
+                    : first ? opcode::kRcSendFirst
+                    : last  ? opcode::kRcSendLastImm
+                            : opcode::kRcSendMiddle);
+    case IBV_WR_SEND_WITH_INV:
+      return n == 1 ? opcode::kRcSendOnlyInv
+             : first ? opcode::kRcSendFirst
+             : last  ? opcode::kRcSendLastInv
+                     : opcode::kRcSendMiddle;
+    case IBV_WR_RDMA_WRITE:
+      return base | (n == 1 ? opcode::kRcWriteOnly
+                    : first ? opcode::kRcWriteFirst
+                    : last  ? opcode::kRcWriteLast
+                            : opcode::kRcWriteMiddle);
+    default:  // IBV_WR_RDMA_WRITE_WITH_IMM
+      return base | (n == 1 ? opcode::kRcWriteOnlyImm
+                    : first ? opcode::kRcWriteFirst
+                    : last  ? opcode::kRcWriteLastImm
+                            : opcode::kRcWriteMiddle);
+  }
+}
+
+}  // namespace
+
+bool Engine::prepare_wqe(Qp* qp, SendWqe& w) {
+  // Check every local buffer once, before the first packet (the per-packet copy checks again,
+  // cheaply, in case an MR went away). READ and atomic results are written: LOCAL_WRITE.
+  if (w.is_inline) return true;
+  const int need = w.is_read_or_atomic() ? IBV_ACCESS_LOCAL_WRITE : 0;
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    uint8_t* host;
+    if (w.sge[i].length != 0 &&
+        mrs_.check(w.sge[i].lkey, qp->pd, w.sge[i].addr, w.sge[i].length, need, &host) !=
+            mem::AccessError::kOk)
+      return false;
+  }
+  return true;
+}
+
+bool Engine::gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uint32_t len) {
+  if (w.is_inline) {
+    std::memcpy(dst, w.inline_data.data() + offset, len);
+    return true;
+  }
+  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
+    const Sge& s = w.sge[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const uint32_t n = std::min(len, s.length - offset);
+    uint8_t* host;
+    if (mrs_.check(s.lkey, qp->pd, s.addr + offset, n, 0, &host) != mem::AccessError::kOk)
+      return false;
+    std::memcpy(dst, host, n);
+    dst += n;
+    len -= n;
+    offset = 0;
+  }
+  return len == 0;
+}
+
+bool Engine::send_packet(Qp* qp, SendWqe& w) {
+  RoceHeaders h = qp->tx_template;
+  BthRepr& b = h.bth;
+  uint32_t payload = 0;
+  uint32_t offset = 0;
+  bool last = true;
+  Psn psn = w.first_psn + static_cast<int32_t>(w.sent);
+  switch (w.opcode) {
+    case IBV_WR_RDMA_READ: {
+      // A READ resumes where its responses stopped: va and length skip what arrived.
+      const uint32_t done_bytes = w.read_done * qp->mtu;
+      psn = w.first_psn + static_cast<int32_t>(w.read_done);
+      b.opcode = opcode::kRcReadRequest;
+      h.ext.reth = {w.remote_addr + done_bytes, w.rkey, w.length - done_bytes};
+      break;
+    }
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      b.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::kRcCompareSwap
+                                                       : opcode::kRcFetchAdd;
+      h.ext.atomic = {w.remote_addr, w.rkey, w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap
+                                                                                  : w.compare_add,
+                      w.compare_add};
+      break;
+    case IBV_WR_ATOMIC_WRITE:
+      b.opcode = opcode::kRcAtomicWrite;
+      h.ext.reth = {w.remote_addr, w.rkey, 8};
+      payload = 8;
+      break;
+    default: {
+      const uint32_t idx = w.sent;
+      offset = idx * qp->mtu;
+      payload = std::min(qp->mtu, w.length - offset);
+      last = idx + 1 == w.npkts;
+      b.opcode = data_opcode(qp->type, w.opcode, idx, w.npkts);
+      const OpcodeInfo& info = opcode_info(b.opcode);
+      if (info.has(Ext::kReth)) h.ext.reth = {w.remote_addr, w.rkey, w.length};
+      if (info.has(Ext::kImmDt)) h.ext.imm.imm = __builtin_bswap32(w.imm_or_inv);
+      if (info.has(Ext::kIeth)) h.ext.ieth.rkey = w.imm_or_inv;
+      b.se = last && (w.send_flags & IBV_SEND_SOLICITED) &&
+             (w.opcode != IBV_WR_RDMA_WRITE);
+      break;
+    }
+  }
+  b.psn = psn.value();
+  if (qp->type == IBV_QPT_RC) {
+    // Ask for an ACK at the end of every message and now and then inside long ones.
+    b.ack_req = last || ++qp->pkts_since_ackreq >= cfg_.ack_every;
+    if (b.ack_req) qp->pkts_since_ackreq = 0;
+  }
+
+  FrameLayout lay;
+  Frame* f = build_packet(h, payload, &lay);
+  if (f == nullptr) return false;
+  if (payload != 0 && !gather(qp, w, offset, f->data + lay.payload_off, payload)) {
+    port_.free_frame(f);
+    fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
+    return false;
+  }
+  if (psn - qp->max_sent_psn <= 0 && qp->sent_any) counters_.inc(Counter::retransmitted_pkts);
+  if (!qp->sent_any || psn - qp->max_sent_psn > 0) qp->max_sent_psn = psn;
+  qp->sent_any = true;
+  send_built(f, lay);
+
+  if (w.is_read_or_atomic() || w.opcode == IBV_WR_ATOMIC_WRITE) {
+    w.sent = w.npkts;
+  } else {
+    ++w.sent;
+  }
+  if (w.sent >= w.npkts) w.state = WqeState::kSent;
+  return true;
+}
+
+void Engine::ud_send(Qp* qp, SendWqe& w) {
+  const Ah* ah = w.ah;
+  RoceHeaders h;
+  const Path& p = ah->path;
+  h.eth.src = mac_;
+  h.eth.dst = p.dmac;
+  if (cfg_.vlan_id != 0) {
+    h.eth.has_vlan = true;
+    h.eth.vid = cfg_.vlan_id;
+    h.eth.pcp = static_cast<uint8_t>(p.sl & 7);
+  }
+  h.ipv6 = p.ipv6;
+  if (p.ipv6) {
+    h.ip6.src = p.sgid;
+    h.ip6.dst = p.dgid;
+    h.ip6.traffic_class = p.traffic_class;
+    h.ip6.flow_label = p.flow_label;
+    h.ip6.hop_limit = p.hop_limit;
+  } else {
+    std::copy(p.sgid.begin() + 12, p.sgid.end(), h.ip4.src.begin());
+    std::copy(p.dgid.begin() + 12, p.dgid.end(), h.ip4.dst.begin());
+    h.ip4.dscp = static_cast<uint8_t>(p.traffic_class >> 2);
+    h.ip4.ecn = static_cast<uint8_t>(p.traffic_class & 3);
+  }
+  h.udp.src_port = qp->tx_template.udp.src_port;
+  h.bth.opcode = w.opcode == IBV_WR_SEND_WITH_IMM ? opcode::kUdSendOnlyImm : opcode::kUdSendOnly;
+  h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  h.bth.pkey = 0xFFFF;
+  h.bth.dest_qp = w.remote_qpn;
+  h.bth.psn = qp->sq_psn.value();
+  h.ext.deth = {w.remote_qkey, 0, qp->qpn};
+  h.ext.imm.imm = __builtin_bswap32(w.imm_or_inv);
+  FrameLayout lay;
+  Frame* f = build_packet(h, w.length, &lay);
+  if (f == nullptr) return;
+  if (!gather(qp, w, 0, f->data + lay.payload_off, w.length)) {
+    port_.free_frame(f);
+    w.state = WqeState::kDone;
+    w.status = IBV_WC_LOC_PROT_ERR;
+    return;
+  }
+  send_built(f, lay);
+  ++qp->sq_psn;
+  w.state = WqeState::kDone;
+}
+
+bool Engine::requester_step(Qp* qp, uint32_t* budget) {
+  if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return false;
+  if (qp->rnr_waiting) return false;  // the RNR timer reschedules us
+
+  bool more = false;
+  while (qp->sq_cursor != qp->sq.tail_index()) {
+    if (*budget == 0) {
+      more = true;
+      break;
+    }
+    SendWqe& w = qp->sq.at_abs(qp->sq_cursor);
+    if (w.state == WqeState::kDone) {  // acknowledged while we were going back
+      ++qp->sq_cursor;
+      continue;
+    }
+    if (qp->sq_cursor == qp->sq_assigned_end) {
+      // A new WQE: may it start now?
+      if (qp->state == IBV_QPS_SQD) break;  // draining: no new work
+      if (qp->type == IBV_QPT_RC) {
+        const uint32_t n = w.is_read_or_atomic() ? 1 : packets_for(w.length, qp->mtu);
+        if (qp->sq_psn - qp->comp_psn + static_cast<int32_t>(n) >
+                static_cast<int32_t>(cfg_.tx_window) &&
+            qp->sq_psn != qp->comp_psn)
+          break;  // window full: ACKs will reschedule us
+        if (w.is_read_or_atomic() && qp->rd_atomic_outstanding >= qp->max_rd_atomic) break;
+        if ((w.send_flags & IBV_SEND_FENCE) && qp->rd_atomic_outstanding > 0) break;
+      }
+      if (!prepare_wqe(qp, w)) {
+        ++qp->sq_assigned_end;
+        ++qp->sq_cursor;
+        fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
+        return false;
+      }
+      if (qp->type == IBV_QPT_UD) {
+        ++qp->sq_assigned_end;
+        ++qp->sq_cursor;
+        ud_send(qp, w);
+        --*budget;
+        retire_sq(qp);
+        continue;
+      }
+      w.first_psn = qp->sq_psn;
+      w.npkts = packets_for(w.length, qp->mtu);
+      if (w.opcode == IBV_WR_ATOMIC_WRITE || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+          w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+        w.npkts = 1;
+      w.sent = 0;
+      w.state = WqeState::kSending;
+      qp->sq_psn += static_cast<int32_t>(w.npkts);
+      if (w.is_read_or_atomic()) ++qp->rd_atomic_outstanding;
+      ++qp->sq_assigned_end;
+    }
+    if (!send_packet(qp, w)) {
+      if (qp->state == IBV_QPS_ERR) return false;
+      more = true;  // out of frames: try again next poll
+      break;
+    }
+    --*budget;
+    if (w.state == WqeState::kSent) {
+      ++qp->sq_cursor;
+      if (qp->type == IBV_QPT_UC) {
+        w.state = WqeState::kDone;  // UC: complete once it is on the wire
+        retire_sq(qp);
+      }
+    }
+    if (qp->type == IBV_QPT_RC && !qp->retransmit_timer.armed) arm_retransmit(qp);
+  }
+  if (qp->state == IBV_QPS_SQD && !qp->sq_drained_notified &&
+      qp->sq.head_index() == qp->sq_assigned_end) {
+    qp->sq_drained_notified = true;
+    if (qp->en_sqd_async_notify) post_event(IBV_EVENT_SQ_DRAINED, qp);
+  }
+  return more;
+}
+
+void Engine::retire_sq(Qp* qp) {
+  while (!qp->sq.empty() && qp->sq.head_index() < qp->sq_assigned_end) {
+    SendWqe& w = qp->sq.front();
+    if (w.state != WqeState::kDone) break;
+    if (w.signaled || w.status != IBV_WC_SUCCESS) {
+      ibv_wc wc{};
+      wc.wr_id = w.wr_id;
+      wc.status = w.status;
+      wc.opcode = send_wc_opcode(w.opcode);
+      wc.byte_len = w.length;
+      wc.qp_num = qp->qpn;
+      push_cqe(qp->send_cq, wc, qp);
+    }
+    qp->sq.pop();
+  }
+  if (qp->sq_cursor < qp->sq.head_index()) qp->sq_cursor = qp->sq.head_index();
+}
+
+void Engine::complete_send(Qp* qp, SendWqe& w) {
+  if (w.is_read_or_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
+  w.state = WqeState::kDone;
+  w.status = IBV_WC_SUCCESS;
+}
+
+}  // namespace uroce

@@ -1,0 +1,547 @@
+// Responder: executes incoming requests (IBA 9.7.4). Checks the PSN against the expected PSN
+// (in order: execute; duplicate: re-ACK or replay a READ/ATOMIC from saved state; ahead: one
+// PSN-sequence-error NAK), the opcode sequence, lengths, R_Keys and access rights — and only
+// then touches memory. Sends ACKs (coalesced per poll), READ responses segmented by the MTU,
+// atomic ACKs, RNR NAKs and error NAKs; delivers receive completions.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine.h"
+
+namespace uroce {
+
+using namespace wire;
+
+namespace {
+
+uint32_t packets_for(uint32_t length, uint32_t mtu) {
+  return length == 0 ? 1 : (length + mtu - 1) / mtu;
+}
+
+/// Result of copying payload into the receive WQE.
+enum class CopyResult { kOk, kTooLong, kBadKey };
+
+}  // namespace
+
+bool Engine::take_rwqe(Qp* qp) {
+  if (qp->have_rwqe) return true;
+  if (qp->srq != nullptr) {
+    Srq* srq = qp->srq;
+    if (srq->ring.empty()) return false;
+    qp->rwqe = srq->ring.front();
+    srq->ring.pop();
+    if (srq->limit != 0 && srq->ring.size() < srq->limit) {
+      srq->limit = 0;  // the limit event fires once, then must be re-armed
+      post_event(IBV_EVENT_SRQ_LIMIT_REACHED, nullptr, nullptr, srq);
+    }
+  } else {
+    if (qp->rq.empty()) return false;
+    qp->rwqe = qp->rq.front();
+    qp->rq.pop();
+  }
+  qp->have_rwqe = true;
+  qp->rwqe_offset = 0;
+  return true;
+}
+
+bool Engine::copy_to_rwqe(Qp* qp, const uint8_t* src, uint32_t len) {
+  uint32_t offset = qp->rwqe_offset;
+  const RecvWqe& r = qp->rwqe;
+  uint32_t left = len;
+  for (uint32_t i = 0; i < r.num_sge && left > 0; ++i) {
+    const Sge& s = r.sge[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const uint32_t n = std::min(left, s.length - offset);
+    uint8_t* host;
+    if (mrs_.check(s.lkey, qp->pd, s.addr + offset, n, IBV_ACCESS_LOCAL_WRITE, &host) !=
+        mem::AccessError::kOk)
+      return false;
+    std::memcpy(host, src, n);
+    src += n;
+    left -= n;
+    offset = 0;
+  }
+  if (left != 0) return false;
+  qp->rwqe_offset += len;
+  return true;
+}
+
+void Engine::complete_recv(Qp* qp, const ParsedPacket& p, ibv_wc_status st) {
+  ibv_wc wc{};
+  wc.wr_id = qp->rwqe.wr_id;
+  wc.status = st;
+  wc.opcode = p.info->op == Operation::kWrite ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+  wc.byte_len = p.info->op == Operation::kWrite ? qp->write_len : qp->rwqe_offset;
+  wc.qp_num = qp->qpn;
+  wc.src_qp = qp->type == IBV_QPT_UD ? p.hdr.ext.deth.src_qp : qp->dest_qpn;
+  wc.pkey_index = qp->pkey_index;
+  if (st == IBV_WC_SUCCESS) {
+    if (p.info->has(Ext::kImmDt)) {
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = __builtin_bswap32(p.hdr.ext.imm.imm);  // network order, as verbs wants
+    }
+    if (p.info->has(Ext::kIeth)) {
+      wc.wc_flags |= IBV_WC_WITH_INV;
+      wc.invalidated_rkey = p.hdr.ext.ieth.rkey;
+    }
+    if (qp->type == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
+  }
+  wc.sl = qp->path.sl;
+  qp->have_rwqe = false;
+  push_cqe(qp->recv_cq, wc, qp);
+}
+
+void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) {
+  RoceHeaders h = qp->tx_template;
+  h.bth.opcode = opcode::kRcAck;
+  h.bth.psn = psn.value();
+  h.ext.aeth = {syndrome, qp->msn & 0xFFFFFF};
+  FrameLayout lay;
+  Frame* f = build_packet(h, 0, &lay);
+  if (f == nullptr) return;  // the requester's timer will recover
+  send_built(f, lay);
+}
+
+void Engine::queue_ack(Qp* qp, Psn psn) {
+  qp->ack_pending = true;
+  qp->ack_psn = psn;
+  schedule(qp);
+}
+
+void Engine::send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c) {
+  counters_.inc(c);
+  // ACKs queued before this NAK refer to earlier PSNs: send them first, keep the order.
+  if (qp->ack_pending && qp->res_sending == 0) {
+    send_ack(qp, AethRepr::make_ack(), qp->ack_psn);
+    counters_.inc(Counter::acks_sent);
+    qp->ack_pending = false;
+  }
+  send_ack(qp, syndrome, psn);
+}
+
+void Engine::responder_error(Qp* qp, NakCode code, Psn psn, ibv_wc_status local_status) {
+  // RC: NAK the request, complete an in-progress receive with the local error, and move
+  // the QP to the error state (IBA class C/D responder errors).
+  Counter c = Counter::inv_req_naks_sent;
+  if (code == NakCode::kRemoteAccessError) c = Counter::access_naks_sent;
+  if (code == NakCode::kRemoteOpError) c = Counter::rem_op_naks_sent;
+  send_nak(qp, AethRepr::make_nak(code), psn, c);
+  flush_tx();
+  if (qp->have_rwqe) {
+    ibv_wc wc{};
+    wc.wr_id = qp->rwqe.wr_id;
+    wc.status = local_status;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qp->qpn;
+    qp->have_rwqe = false;
+    push_cqe(qp->recv_cq, wc, nullptr);
+  }
+  qp->in_msg = false;
+  enter_error(qp);
+}
+
+RdAtomicRes* Engine::find_res(Qp* qp, Psn psn) {
+  for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
+    RdAtomicRes& r = qp->res[i];
+    if (r.valid && psn - r.first_psn >= 0 && psn - r.first_psn < static_cast<int32_t>(r.npkts))
+      return &r;
+  }
+  return nullptr;
+}
+
+void Engine::responder(Qp* qp, const ParsedPacket& p) {
+  const Psn psn(p.hdr.bth.psn);
+  const int32_t d = psn - qp->epsn;
+  if (qp->type == IBV_QPT_RC) {
+    if (d > 0) {
+      // Ahead of the expected PSN: something was lost. One NAK per gap (IBA 9.7.5.2.2).
+      counters_.inc(Counter::out_of_seq_requests);
+      if (!qp->seq_nak_sent) {
+        qp->seq_nak_sent = true;
+        send_nak(qp, AethRepr::make_nak(NakCode::kPsnSeqError), qp->epsn, Counter::seq_naks_sent);
+      }
+      return;
+    }
+    if (d < 0) {
+      duplicate_request(qp, p);
+      return;
+    }
+    qp->seq_nak_sent = false;
+  } else if (d != 0) {
+    // UC: a gap loses the message in progress; a new message may start at any PSN.
+    counters_.inc(Counter::rx_drop_uc_msg);
+    qp->in_msg = false;
+    qp->rwqe_offset = 0;
+    qp->epsn = psn;
+    if (!p.info->starts_message()) {
+      qp->epsn = psn + 1;
+      return;
+    }
+  }
+  execute_request(qp, p);
+}
+
+void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
+  const OpcodeInfo& info = *p.info;
+  const Psn psn(p.hdr.bth.psn);
+  const bool rc = qp->type == IBV_QPT_RC;
+  const uint32_t len = static_cast<uint32_t>(p.payload.size());
+
+  // UC drops a bad packet (and the rest of its message); RC NAKs it and enters error.
+  auto reject = [&](NakCode code, ibv_wc_status local) {
+    if (rc) {
+      responder_error(qp, code, psn, local);
+    } else {
+      counters_.inc(Counter::rx_drop_uc_msg);
+      qp->in_msg = false;
+      qp->rwqe_offset = 0;
+      qp->epsn = psn + 1;
+    }
+  };
+
+  // Opcode sequence: inside a message only its middle/last may come; outside, a first/only.
+  const bool seq_ok = qp->in_msg ? (info.op == qp->msg_op && !info.starts_message())
+                                 : info.starts_message();
+  if (!seq_ok) {
+    reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return;
+  }
+  // Lengths: first and middle packets carry exactly one MTU; last 1..MTU; only 0..MTU.
+  if (info.has_payload &&
+      ((!info.ends_message() && len != qp->mtu) || len > qp->mtu ||
+       (info.pos == Position::kLast && len == 0))) {
+    reject(NakCode::kInvalidRequest, IBV_WC_LOC_LEN_ERR);
+    return;
+  }
+
+  switch (info.op) {
+    case Operation::kSend: {
+      if (info.starts_message() && !take_rwqe(qp)) {
+        if (rc) {
+          // No receive WQE: ask the requester to come back later (RNR NAK, IBA 9.7.5.2.8).
+          send_nak(qp, AethRepr::make_rnr_nak(qp->min_rnr_timer), psn, Counter::rnr_naks_sent);
+        } else {
+          counters_.inc(Counter::rx_drop_uc_msg);
+          qp->uc_drop_msg = true;
+          qp->epsn = psn + 1;
+        }
+        return;
+      }
+      if (info.starts_message()) {
+        qp->in_msg = true;
+        qp->msg_op = Operation::kSend;
+        qp->uc_drop_msg = false;
+      }
+      if (!copy_to_rwqe(qp, p.payload.data(), len)) {
+        const bool too_long = qp->rwqe_offset + len > [&] {
+          uint64_t cap = 0;
+          for (uint32_t i = 0; i < qp->rwqe.num_sge; ++i) cap += qp->rwqe.sge[i].length;
+          return cap;
+        }();
+        reject(too_long ? NakCode::kInvalidRequest : NakCode::kRemoteOpError,
+               too_long ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
+        return;
+      }
+      if (info.ends_message()) {
+        if (info.has(Ext::kIeth)) {
+          mem::Mr* mr = mrs_.find(p.hdr.ext.ieth.rkey);
+          if (mr == nullptr || mr->pd != qp->pd) {
+            reject(NakCode::kInvalidRequest, IBV_WC_LOC_PROT_ERR);
+            return;
+          }
+          mrs_.dereg(mr);
+        }
+        qp->in_msg = false;
+        qp->msn = (qp->msn + 1) & 0xFFFFFF;
+        complete_recv(qp, p, IBV_WC_SUCCESS);
+      }
+      break;
+    }
+    case Operation::kWrite: {
+      // WRITE with immediate consumes a receive WQE at its last packet: make sure there is
+      // one before changing anything, so a retransmitted last packet finds the same state.
+      if (info.has_imm() && !take_rwqe(qp)) {
+        if (rc) {
+          send_nak(qp, AethRepr::make_rnr_nak(qp->min_rnr_timer), psn, Counter::rnr_naks_sent);
+        } else {
+          counters_.inc(Counter::rx_drop_uc_msg);
+          qp->in_msg = false;
+          qp->epsn = psn + 1;
+        }
+        return;
+      }
+      if (info.starts_message()) {
+        const RethRepr& r = p.hdr.ext.reth;
+        uint8_t* host = nullptr;
+        if (r.dma_len != 0) {
+          // The QP must allow remote writes, and the R_Key must cover [va, va+len).
+          if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
+              mrs_.check(r.rkey, qp->pd, r.va, r.dma_len, IBV_ACCESS_REMOTE_WRITE, &host) !=
+                  mem::AccessError::kOk) {
+            reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+            return;
+          }
+        }
+        qp->in_msg = true;
+        qp->msg_op = Operation::kWrite;
+        qp->write_ptr = host;
+        qp->write_left = qp->write_len = r.dma_len;
+      }
+      if (len > qp->write_left) {
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      if (len != 0) std::memcpy(qp->write_ptr, p.payload.data(), len);
+      qp->write_ptr += len;
+      qp->write_left -= len;
+      if (info.ends_message()) {
+        if (qp->write_left != 0) {
+          reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+          return;
+        }
+        qp->in_msg = false;
+        qp->msn = (qp->msn + 1) & 0xFFFFFF;
+        if (info.has_imm()) {
+          qp->rwqe_offset = 0;
+          complete_recv(qp, p, IBV_WC_SUCCESS);
+        }
+      }
+      break;
+    }
+    case Operation::kReadRequest: {
+      const RethRepr& r = p.hdr.ext.reth;
+      if (r.dma_len != 0) {
+        uint8_t* host;
+        if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
+            mrs_.check(r.rkey, qp->pd, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, &host) !=
+                mem::AccessError::kOk) {
+          reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+          return;
+        }
+      }
+      RdAtomicRes& res = qp->res[qp->res_next];
+      if (res.sending) {
+        // The requester has more READs/atomics outstanding than max_dest_rd_atomic allows.
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
+      const uint32_t n = packets_for(r.dma_len, qp->mtu);
+      qp->msn = (qp->msn + 1) & 0xFFFFFF;
+      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, qp->msn, 0, 0, true};
+      ++qp->res_sending;
+      qp->epsn = psn + static_cast<int32_t>(n);  // a READ uses one PSN per response packet
+      schedule(qp);
+      return;
+    }
+    case Operation::kCompareSwap:
+    case Operation::kFetchAdd: {
+      const AtomicEthRepr& a = p.hdr.ext.atomic;
+      uint8_t* host = nullptr;
+      if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC) ||
+          mrs_.check(a.rkey, qp->pd, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+              mem::AccessError::kOk) {
+        reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      if ((a.va & 7) != 0) {
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      RdAtomicRes& res = qp->res[qp->res_next];
+      if (res.sending) {
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
+      auto* target = reinterpret_cast<uint64_t*>(host);
+      uint64_t orig;
+      if (info.op == Operation::kCompareSwap) {
+        orig = a.compare;
+        __atomic_compare_exchange_n(target, &orig, a.swap_add, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+      } else {
+        orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
+      }
+      qp->msn = (qp->msn + 1) & 0xFFFFFF;
+      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, qp->msn, orig, 0, true};
+      ++qp->res_sending;
+      qp->epsn = psn + 1;
+      schedule(qp);
+      return;
+    }
+    case Operation::kAtomicWrite: {
+      const RethRepr& r = p.hdr.ext.reth;
+      uint8_t* host = nullptr;
+      if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
+          mrs_.check(r.rkey, qp->pd, r.va, 8, IBV_ACCESS_REMOTE_WRITE, &host) !=
+              mem::AccessError::kOk) {
+        reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      if ((r.va & 7) != 0 || r.dma_len != 8) {
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      uint64_t v;
+      std::memcpy(&v, p.payload.data(), 8);
+      __atomic_store_n(reinterpret_cast<uint64_t*>(host), v, __ATOMIC_SEQ_CST);
+      qp->msn = (qp->msn + 1) & 0xFFFFFF;
+      break;
+    }
+    default:
+      // FLUSH is not supported (yet): the requester learns it from the NAK.
+      reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+      return;
+  }
+  qp->epsn = psn + 1;
+  if (rc && p.hdr.bth.ack_req) queue_ack(qp, psn);
+}
+
+void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
+  counters_.inc(Counter::dup_requests);
+  const Psn psn(p.hdr.bth.psn);
+  switch (p.info->op) {
+    case Operation::kReadRequest: {
+      // Replay from saved state, honouring the duplicate's own (possibly smaller) range.
+      RdAtomicRes* r = find_res(qp, psn);
+      if (r == nullptr || r->atomic) return;
+      const RethRepr& reth = p.hdr.ext.reth;
+      if (reth.dma_len != 0) {
+        uint8_t* host;
+        if (mrs_.check(reth.rkey, qp->pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ,
+                       &host) != mem::AccessError::kOk)
+          return;
+      }
+      if (!r->sending) ++qp->res_sending;
+      r->first_psn = psn;
+      r->npkts = packets_for(reth.dma_len, qp->mtu);
+      r->va = reth.va;
+      r->rkey = reth.rkey;
+      r->length = reth.dma_len;
+      r->next = 0;
+      r->sending = true;
+      counters_.inc(Counter::dup_reads_replayed);
+      schedule(qp);
+      return;
+    }
+    case Operation::kCompareSwap:
+    case Operation::kFetchAdd: {
+      // Never execute twice: answer with the saved original value.
+      RdAtomicRes* r = find_res(qp, psn);
+      if (r == nullptr || !r->atomic || r->first_psn != psn) return;
+      if (!r->sending) ++qp->res_sending;
+      r->sending = true;
+      counters_.inc(Counter::dup_atomics_replayed);
+      schedule(qp);
+      return;
+    }
+    default:
+      // SEND / WRITE already executed: acknowledge again so the requester moves on.
+      if (p.hdr.bth.ack_req || p.info->ends_message()) queue_ack(qp, qp->epsn - 1);
+      return;
+  }
+}
+
+bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
+  const uint32_t i = r.next;
+  const uint32_t offset = i * qp->mtu;
+  const uint32_t len = std::min(qp->mtu, r.length - std::min(r.length, offset));
+  uint8_t* host = nullptr;
+  if (len != 0 && mrs_.check(r.rkey, qp->pd, r.va + offset, len, IBV_ACCESS_REMOTE_READ,
+                             &host) != mem::AccessError::kOk) {
+    // The MR went away mid-stream: stop; the requester's timer reports it.
+    r.sending = false;
+    --qp->res_sending;
+    return false;
+  }
+  RoceHeaders h = qp->tx_template;
+  h.bth.opcode = r.npkts == 1  ? opcode::kRcReadResponseOnly
+                 : i == 0      ? opcode::kRcReadResponseFirst
+                 : i + 1 == r.npkts ? opcode::kRcReadResponseLast
+                                    : opcode::kRcReadResponseMiddle;
+  h.bth.psn = (r.first_psn + static_cast<int32_t>(i)).value();
+  h.ext.aeth = {AethRepr::make_ack(), r.msn};
+  FrameLayout lay;
+  Frame* f = build_packet(h, len, &lay);
+  if (f == nullptr) return false;
+  if (len != 0) std::memcpy(f->data + lay.payload_off, host, len);
+  send_built(f, lay);
+  if (++r.next == r.npkts) {
+    r.sending = false;
+    --qp->res_sending;
+  }
+  return true;
+}
+
+void Engine::send_atomic_ack(Qp* qp, const RdAtomicRes& r) {
+  RoceHeaders h = qp->tx_template;
+  h.bth.opcode = opcode::kRcAtomicAck;
+  h.bth.psn = r.first_psn.value();
+  h.ext.aeth = {AethRepr::make_ack(), r.msn};
+  h.ext.atomic_ack.orig = r.atomic_orig;
+  FrameLayout lay;
+  Frame* f = build_packet(h, 0, &lay);
+  if (f == nullptr) return;
+  send_built(f, lay);
+}
+
+bool Engine::responder_step(Qp* qp, uint32_t* budget) {
+  if (qp->type != IBV_QPT_RC || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
+    return false;
+  // Responses go out in PSN order: always the pending resource with the lowest PSN.
+  while (qp->res_sending > 0 && *budget > 0) {
+    RdAtomicRes* next = nullptr;
+    for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
+      RdAtomicRes& r = qp->res[i];
+      if (r.sending && (next == nullptr || r.first_psn - next->first_psn < 0)) next = &r;
+    }
+    if (next == nullptr) {
+      qp->res_sending = 0;
+      break;
+    }
+    if (next->atomic) {
+      send_atomic_ack(qp, *next);
+      next->sending = false;
+      --qp->res_sending;
+    } else if (!send_read_response(qp, *next)) {
+      if (next->sending) return true;  // out of frames: later
+    }
+    --*budget;
+  }
+  if (qp->res_sending > 0) return true;
+  if (qp->ack_pending) {
+    send_ack(qp, AethRepr::make_ack(), qp->ack_psn);
+    counters_.inc(Counter::acks_sent);
+    qp->ack_pending = false;
+  }
+  return false;
+}
+
+void Engine::ud_receive(Qp* qp, const ParsedPacket& p) {
+  if (!take_rwqe(qp)) {
+    counters_.inc(Counter::rx_drop_ud_no_recv);
+    return;
+  }
+  // The first 40 bytes of a UD receive buffer hold the GRH: for RoCEv2 over IPv6 the IPv6
+  // header itself; over IPv4, 20 undefined bytes (zeroed) followed by the IPv4 header.
+  uint8_t grh[40] = {};
+  if (p.hdr.ipv6) {
+    p.hdr.ip6.emit(MutBytes(grh, 40));
+  } else {
+    uint8_t ip[Ipv4View::kMaxLen];
+    p.hdr.ip4.emit(MutBytes(ip, sizeof ip));
+    std::memcpy(grh + 20, ip, 20);
+  }
+  const uint32_t len = static_cast<uint32_t>(p.payload.size());
+  if (len > qp->mtu || !copy_to_rwqe(qp, grh, 40) || !copy_to_rwqe(qp, p.payload.data(), len)) {
+    complete_recv(qp, p, IBV_WC_LOC_LEN_ERR);
+    return;
+  }
+  complete_recv(qp, p, IBV_WC_SUCCESS);
+}
+
+}  // namespace uroce

@@ -1,0 +1,129 @@
+// A hashed timing wheel for the transport's per-QP timers (retransmission, RNR wait,
+// ACK coalescing). Arming, re-arming and cancelling are O(1); advancing costs one slot per
+// tick elapsed (bounded by the wheel size) plus the timers found there, so thousands of QPs
+// with armed timers stay cheap. Time is whatever the caller passes in (nanoseconds).
+//
+// Timers are intrusive: a Timer lives inside its owner (a QP) and the wheel links it into a
+// slot's list. Nothing allocates after construction.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace uroce {
+
+struct Timer {
+  Timer* prev = nullptr;
+  Timer* next = nullptr;
+  uint64_t expires_ns = 0;
+  uint32_t slot = 0;  // wheel slot it is linked into, while armed
+  bool armed = false;
+  void* owner = nullptr;  // what the timer belongs to (e.g. a QP)
+  uint8_t kind = 0;       // which of the owner's timers this is
+};
+
+class TimerWheel {
+ public:
+  static constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+
+  /// `tick_ns` is the resolution; `slots` * `tick_ns` is the span a lap covers (timers further
+  /// out simply stay in their slot for more laps).
+  explicit TimerWheel(uint64_t start_ns = 0, uint64_t tick_ns = 1024, size_t slots = 4096)
+      : tick_ns_(tick_ns), heads_(slots + 1, nullptr), now_tick_(start_ns / tick_ns) {}
+
+  /// Arms (or re-arms) `t` to fire at the first advance() with now >= expires_ns.
+  void arm(Timer& t, uint64_t expires_ns) {
+    if (t.armed) {
+      unlink(t);
+    } else {
+      t.armed = true;
+      ++armed_;
+    }
+    t.expires_ns = expires_ns;
+    uint64_t tick = expires_ns / tick_ns_;
+    if (tick <= now_tick_) tick = now_tick_ + 1;  // already due: next advance
+    link(t, static_cast<uint32_t>(tick % (heads_.size() - 1)));
+  }
+
+  void cancel(Timer& t) {
+    if (!t.armed) return;
+    unlink(t);
+    t.armed = false;
+    --armed_;
+  }
+
+  size_t armed_count() const { return armed_; }
+
+  /// Fires, by calling fire(Timer&), every armed timer with expires_ns <= now_ns. A timer is
+  /// disarmed before its callback runs, so the callback may re-arm it (for a later time) and
+  /// may cancel or re-arm any other timer.
+  template <typename Fire>
+  size_t advance(uint64_t now_ns, Fire&& fire) {
+    const uint64_t target = std::max(now_ns / tick_ns_, now_tick_);
+    const size_t slots = heads_.size() - 1;
+    const uint64_t last = target - now_tick_ >= slots ? now_tick_ + slots - 1 : target;
+    // First move every due timer to the pending list (slot now_tick_ itself may hold timers
+    // armed after the previous advance), then fire them one by one.
+    for (uint64_t tick = now_tick_; tick <= last; ++tick) {
+      Timer* t = heads_[tick % slots];
+      while (t != nullptr) {
+        Timer* next = t->next;
+        if (t->expires_ns <= now_ns) {
+          unlink(*t);
+          link(*t, pending_slot());
+        }
+        t = next;
+      }
+    }
+    now_tick_ = target;
+    size_t fired = 0;
+    while (Timer* t = heads_[pending_slot()]) {
+      unlink(*t);
+      t->armed = false;
+      --armed_;
+      ++fired;
+      fire(*t);
+    }
+    return fired;
+  }
+
+  /// Earliest expiry among armed timers, or kNever. Scans the wheel: call it when idle.
+  uint64_t next_expiry() const {
+    if (armed_ == 0) return kNever;
+    uint64_t best = kNever;
+    for (Timer* h : heads_)
+      for (Timer* t = h; t != nullptr; t = t->next)
+        if (t->expires_ns < best) best = t->expires_ns;
+    return best;
+  }
+
+ private:
+  uint32_t pending_slot() const { return static_cast<uint32_t>(heads_.size() - 1); }
+  void link(Timer& t, uint32_t slot) {
+    t.slot = slot;
+    Timer*& head = heads_[slot];
+    t.prev = nullptr;
+    t.next = head;
+    if (head != nullptr) head->prev = &t;
+    head = &t;
+  }
+  void unlink(Timer& t) {
+    if (t.prev != nullptr) {
+      t.prev->next = t.next;
+    } else {
+      heads_[t.slot] = t.next;
+    }
+    if (t.next != nullptr) t.next->prev = t.prev;
+    t.prev = t.next = nullptr;
+  }
+
+  uint64_t tick_ns_;
+  std::vector<Timer*> heads_;
+  uint64_t now_tick_;
+  size_t armed_ = 0;
+};
+
+}  // namespace uroce

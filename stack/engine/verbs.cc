@@ -1,0 +1,664 @@
+// The verbs front: creating, modifying and destroying objects, posting work requests.
+// Argument checks and errno values follow rdma-core's man pages (ibv_modify_qp(3),
+// ibv_post_send(3), ...) and the QP state transition table of the IBA spec (10.3.1).
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "engine/engine.h"
+
+namespace uroce {
+
+using namespace wire;
+
+namespace {
+
+uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<unsigned>(m); }
+
+// ---- The QP state transition table ------------------------------------------------------
+// For each (current, next) state and QP type: the attributes that must be in the mask and
+// those that may be. Transitions not listed are invalid. Every transition to RESET or ERR
+// is valid with no attributes.
+struct Transition {
+  ibv_qp_state from, to;
+  int req_ud, req_uc, req_rc;
+  int opt_ud, opt_uc, opt_rc;
+};
+
+constexpr int kRtsOptUd = IBV_QP_CUR_STATE | IBV_QP_QKEY;
+constexpr int kRtsOptUc =
+    IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE;
+constexpr int kRtsOptRc = kRtsOptUc | IBV_QP_MIN_RNR_TIMER;
+
+constexpr Transition kTransitions[] = {
+    {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+     IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+     IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0, 0, 0},
+    {IBV_QPS_INIT, IBV_QPS_INIT, 0, 0, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+     IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+     IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS},
+    {IBV_QPS_INIT, IBV_QPS_RTR, 0, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+     IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+         IBV_QP_MIN_RNR_TIMER,
+     IBV_QP_PKEY_INDEX | IBV_QP_QKEY, IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+     IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX},
+    {IBV_QPS_RTR, IBV_QPS_RTS, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN,
+     IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+         IBV_QP_MAX_QP_RD_ATOMIC,
+     kRtsOptUd, kRtsOptUc, kRtsOptRc},
+    {IBV_QPS_RTS, IBV_QPS_RTS, 0, 0, 0, kRtsOptUd, kRtsOptUc, kRtsOptRc},
+    {IBV_QPS_RTS, IBV_QPS_SQD, 0, 0, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY,
+     IBV_QP_EN_SQD_ASYNC_NOTIFY},
+    {IBV_QPS_SQD, IBV_QPS_RTS, 0, 0, 0, kRtsOptUd, kRtsOptUc, kRtsOptRc},
+    {IBV_QPS_SQD, IBV_QPS_SQD, 0, 0, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
+     IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+         IBV_QP_PATH_MIG_STATE,
+     IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+         IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH |
+         IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE},
+    {IBV_QPS_SQE, IBV_QPS_RTS, 0, 0, -1, IBV_QP_CUR_STATE | IBV_QP_QKEY,
+     IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, 0},
+};
+
+}  // namespace
+
+ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
+    default: return IBV_WC_SEND;
+  }
+}
+
+namespace {
+
+bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return t != IBV_QPT_UD;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_WRITE:
+    case IBV_WR_SEND_WITH_INV: return t == IBV_QPT_RC;
+    default: return false;  // LOCAL_INV, BIND_MW, TSO, DRIVER1: not supported
+  }
+}
+
+}  // namespace
+
+// ---- PD, MR -------------------------------------------------------------------------------
+
+mem::Pd* Engine::alloc_pd() {
+  if (pds_.size() >= cfg_.max_pd) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto pd = std::make_unique<mem::Pd>();
+  pd->handle = next_handle_++;
+  pds_.push_back(std::move(pd));
+  return pds_.back().get();
+}
+
+int Engine::dealloc_pd(mem::Pd* pd) {
+  auto it = std::find_if(pds_.begin(), pds_.end(), [pd](const auto& p) { return p.get() == pd; });
+  if (it == pds_.end()) return EINVAL;
+  if (pd->users != 0) return EBUSY;
+  pds_.erase(it);
+  return 0;
+}
+
+mem::Mr* Engine::reg_mr(mem::Pd* pd, void* addr, size_t length, int access) {
+  constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                             IBV_ACCESS_RELAXED_ORDERING;
+  if (access & ~kSupported) {
+    errno = (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))
+                ? EOPNOTSUPP
+                : EINVAL;
+    return nullptr;
+  }
+  return mrs_.reg(pd, addr, length, reinterpret_cast<uint64_t>(addr), access);
+}
+
+int Engine::dereg_mr(mem::Mr* mr) { return mrs_.dereg(mr); }
+
+// ---- CQ, SRQ, AH ------------------------------------------------------------------------------
+
+Cq* Engine::create_cq(int cqe) {
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > cfg_.max_cqe) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (cqs_.size() >= cfg_.max_cq) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto cq = std::make_unique<Cq>();
+  cq->handle = next_handle_++;
+  cq->ring = Ring<ibv_wc>(static_cast<size_t>(cqe));
+  cqs_.push_back(std::move(cq));
+  return cqs_.back().get();
+}
+
+int Engine::destroy_cq(Cq* cq) {
+  auto it = std::find_if(cqs_.begin(), cqs_.end(), [cq](const auto& c) { return c.get() == cq; });
+  if (it == cqs_.end()) return EINVAL;
+  if (cq->users != 0) return EBUSY;
+  cqs_.erase(it);
+  return 0;
+}
+
+Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr || attr->attr.max_wr == 0 ||
+      attr->attr.max_wr > cfg_.max_srq_wr || attr->attr.max_sge > cfg_.max_sge ||
+      attr->attr.srq_limit > attr->attr.max_wr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (srqs_.size() >= cfg_.max_srq) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto srq = std::make_unique<Srq>();
+  srq->handle = next_handle_++;
+  srq->pd = pd;
+  srq->ring = Ring<RecvWqe>(attr->attr.max_wr);
+  srq->max_sge = std::max<uint32_t>(attr->attr.max_sge, 1);
+  srq->limit = attr->attr.srq_limit;
+  ++pd->users;
+  srqs_.push_back(std::move(srq));
+  return srqs_.back().get();
+}
+
+int Engine::modify_srq(Srq* srq, ibv_srq_attr* attr, int mask) {
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) return EOPNOTSUPP;  // resizing not supported (yet)
+  if (mask & IBV_SRQ_LIMIT) {
+    if (attr->srq_limit > srq->ring.capacity()) return EINVAL;
+    srq->limit = attr->srq_limit;  // arms the limit event
+  }
+  return 0;
+}
+
+int Engine::query_srq(Srq* srq, ibv_srq_attr* attr) const {
+  attr->max_wr = static_cast<uint32_t>(srq->ring.capacity());
+  attr->max_sge = srq->max_sge;
+  attr->srq_limit = srq->limit;
+  return 0;
+}
+
+int Engine::destroy_srq(Srq* srq) {
+  auto it =
+      std::find_if(srqs_.begin(), srqs_.end(), [srq](const auto& s) { return s.get() == srq; });
+  if (it == srqs_.end()) return EINVAL;
+  if (srq->users != 0) return EBUSY;
+  --srq->pd->users;
+  srqs_.erase(it);
+  return 0;
+}
+
+Ah* Engine::create_ah(mem::Pd* pd, const ibv_ah_attr* attr) {
+  if (pd == nullptr || attr == nullptr || attr->port_num != 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (ahs_.size() >= cfg_.max_ah) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto ah = std::make_unique<Ah>();
+  if (!resolve_path(*attr, &ah->path)) {
+    errno = attr->is_global ? EHOSTUNREACH : EINVAL;
+    return nullptr;
+  }
+  ah->pd = pd;
+  ah->attr = *attr;
+  ++pd->users;
+  ahs_.push_back(std::move(ah));
+  return ahs_.back().get();
+}
+
+int Engine::destroy_ah(Ah* ah) {
+  auto it = std::find_if(ahs_.begin(), ahs_.end(), [ah](const auto& a) { return a.get() == ah; });
+  if (it == ahs_.end()) return EINVAL;
+  --ah->pd->users;
+  ahs_.erase(it);
+  return 0;
+}
+
+// ---- QP -------------------------------------------------------------------------------------
+
+Qp* Engine::qp_by_num(uint32_t qpn) {
+  if (qpn < kFirstQpn || qpn - kFirstQpn >= qps_.size()) return nullptr;
+  return qps_[qpn - kFirstQpn].get();
+}
+
+Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
+  if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
+    return nullptr;
+  }
+  const ibv_qp_cap& c = a->cap;
+  if (c.max_send_wr > cfg_.max_qp_wr || c.max_send_sge > cfg_.max_sge ||
+      c.max_inline_data > cfg_.max_inline ||
+      (a->srq == nullptr && (c.max_recv_wr > cfg_.max_qp_wr || c.max_recv_sge > cfg_.max_sge))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // Find a free QPN (slots of destroyed QPs are reused).
+  size_t slot = 0;
+  while (slot < qps_.size() && qps_[slot]) ++slot;
+  if (slot >= cfg_.max_qp) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto qp = std::make_unique<Qp>();
+  qp->qpn = kFirstQpn + static_cast<uint32_t>(slot);
+  qp->type = a->qp_type;
+  qp->pd = pd;
+  qp->send_cq = to_cq(a->send_cq);
+  qp->recv_cq = to_cq(a->recv_cq);
+  qp->srq = a->srq != nullptr ? to_srq(a->srq) : nullptr;
+  qp->sq_sig_all = a->sq_sig_all != 0;
+  qp->cap = c;
+  qp->cap.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
+  qp->cap.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
+  qp->sq = Ring<SendWqe>(c.max_send_wr);
+  if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
+  qp->retransmit_timer.owner = qp->rnr_timer.owner = qp.get();
+  qp->retransmit_timer.kind = kTimerRetransmit;
+  qp->rnr_timer.kind = kTimerRnr;
+  qp->ibv.qp_num = qp->qpn;
+  qp->ibv.qp_type = a->qp_type;
+  qp->ibv.state = IBV_QPS_RESET;
+  ++pd->users;
+  ++qp->send_cq->users;
+  ++qp->recv_cq->users;
+  if (qp->srq != nullptr) ++qp->srq->users;
+  if (slot == qps_.size()) qps_.emplace_back();
+  qps_[slot] = std::move(qp);
+  return qps_[slot].get();
+}
+
+int Engine::destroy_qp(Qp* qp) {
+  if (qp == nullptr || qp_by_num(qp->qpn) != qp) return EINVAL;
+  timers_.cancel(qp->retransmit_timer);
+  timers_.cancel(qp->rnr_timer);
+  // Drop it from the active list.
+  const size_t n = active_.size();
+  for (size_t i = 0; i < n; ++i) {
+    Qp* q = active_.front();
+    active_.pop();
+    if (q != qp) active_.push(q);
+  }
+  --qp->pd->users;
+  --qp->send_cq->users;
+  --qp->recv_cq->users;
+  if (qp->srq != nullptr) --qp->srq->users;
+  qps_[qp->qpn - kFirstQpn].reset();
+  return 0;
+}
+
+int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const {
+  const ibv_qp_state cur =
+      (mask & IBV_QP_CUR_STATE) ? attr->cur_qp_state : qp->state;
+  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != qp->state) return EINVAL;
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+  if (next > IBV_QPS_ERR) return EINVAL;
+  const int attrs = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
+
+  if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) {
+    if (!(mask & IBV_QP_STATE)) {
+      // Modifying attributes in RESET or ERR without a transition is not allowed.
+      return attrs == 0 ? 0 : EINVAL;
+    }
+    return attrs == 0 ? 0 : EINVAL;
+  }
+  const Transition* tr = nullptr;
+  for (const Transition& t : kTransitions)
+    if (t.from == cur && t.to == next) tr = &t;
+  if (tr == nullptr) return EINVAL;
+  int req = 0, opt = 0;
+  switch (qp->type) {
+    case IBV_QPT_UD: req = tr->req_ud; opt = tr->opt_ud; break;
+    case IBV_QPT_UC: req = tr->req_uc; opt = tr->opt_uc; break;
+    default: req = tr->req_rc; opt = tr->opt_rc; break;
+  }
+  if (req < 0) return EINVAL;  // transition not defined for this QP type
+  const int given = mask & ~IBV_QP_STATE;
+  if ((given & req) != req) return EINVAL;                         // a required one is missing
+  if (given & ~(req | opt | IBV_QP_CUR_STATE)) return EINVAL;      // one that is not allowed
+
+  // Values.
+  if ((mask & IBV_QP_ALT_PATH)) return EOPNOTSUPP;  // no automatic path migration
+  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) &&
+      (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > cfg_.active_mtu))
+    return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && attr->timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && attr->rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && attr->min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr->max_rd_atomic > cfg_.max_rd_atomic) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > cfg_.max_rd_atomic)
+    return EINVAL;
+  if ((mask & IBV_QP_DEST_QPN) && attr->dest_qp_num > 0xFFFFFF) return EINVAL;
+  if ((mask & IBV_QP_ACCESS_FLAGS) &&
+      (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+    return EINVAL;
+  if (mask & IBV_QP_AV) {
+    Path p;
+    if (!resolve_path(attr->ah_attr, &p)) return attr->ah_attr.is_global ? EHOSTUNREACH : EINVAL;
+  }
+  return 0;
+}
+
+int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  if (mask & ~((IBV_QP_RATE_LIMIT << 1) - 1)) return EINVAL;
+  if (mask & (IBV_QP_RATE_LIMIT | IBV_QP_CAP)) return mask & IBV_QP_CAP ? EINVAL : EOPNOTSUPP;
+  if (int e = check_modify(qp, attr, mask); e != 0) return e;
+
+  // Attributes first (all checked above: nothing below can fail).
+  if (mask & IBV_QP_PKEY_INDEX) qp->pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_PORT) qp->port_num = attr->port_num;
+  if (mask & IBV_QP_QKEY) qp->qkey = attr->qkey;
+  if (mask & IBV_QP_ACCESS_FLAGS) qp->access = attr->qp_access_flags;
+  if (mask & IBV_QP_PATH_MTU) {
+    qp->path_mtu = attr->path_mtu;
+    qp->mtu = mtu_bytes(attr->path_mtu);
+  }
+  if (mask & IBV_QP_TIMEOUT) qp->timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = qp->retry_left = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = qp->rnr_retry_left = attr->rnr_retry;
+  if (mask & IBV_QP_MIN_RNR_TIMER) qp->min_rnr_timer = attr->min_rnr_timer;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->max_rd_atomic = std::max<uint8_t>(attr->max_rd_atomic, 1);
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+    qp->max_dest_rd_atomic = std::max<uint8_t>(attr->max_dest_rd_atomic, 1);
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = attr->en_sqd_async_notify;
+  if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) {
+    qp->epsn = Psn(attr->rq_psn);
+    qp->msn = 0;
+    qp->seq_nak_sent = false;
+  }
+  if (mask & IBV_QP_SQ_PSN) {
+    qp->sq_psn = qp->comp_psn = Psn(attr->sq_psn);
+  }
+  if (mask & IBV_QP_AV) {
+    qp->ah_attr = attr->ah_attr;
+    resolve_path(attr->ah_attr, &qp->path);
+  }
+  if (mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) fill_template(qp);
+
+  if (!(mask & IBV_QP_STATE) || attr->qp_state == qp->state) {
+    if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) flush_qp(qp);
+    return 0;
+  }
+  const ibv_qp_state next = attr->qp_state;
+  switch (next) {
+    case IBV_QPS_RESET: reset_qp(qp); break;
+    case IBV_QPS_ERR:
+      qp->state = IBV_QPS_ERR;
+      enter_error(qp);
+      break;
+    case IBV_QPS_RTS:
+      qp->state = IBV_QPS_RTS;
+      qp->sq_drained_notified = false;
+      schedule(qp);  // posted WQEs (e.g. queued while in SQD) may go now
+      break;
+    case IBV_QPS_SQD:
+      qp->state = IBV_QPS_SQD;
+      qp->sq_drained_notified = false;
+      schedule(qp);  // drain check happens in the requester
+      break;
+    default: qp->state = next; break;
+  }
+  qp->ibv.state = qp->state;
+  return 0;
+}
+
+int Engine::query_qp(const Qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr* init) const {
+  if (qp == nullptr || a == nullptr) return EINVAL;
+  *a = ibv_qp_attr{};
+  a->qp_state = a->cur_qp_state = qp->state;
+  a->path_mtu = qp->path_mtu;
+  a->path_mig_state = IBV_MIG_MIGRATED;
+  a->qkey = qp->qkey;
+  a->rq_psn = qp->epsn.value();
+  a->sq_psn = qp->sq_psn.value();
+  a->dest_qp_num = qp->dest_qpn;
+  a->qp_access_flags = static_cast<unsigned>(qp->access);
+  a->cap = qp->cap;
+  a->ah_attr = qp->ah_attr;
+  a->pkey_index = qp->pkey_index;
+  a->en_sqd_async_notify = qp->en_sqd_async_notify;
+  a->sq_draining = qp->state == IBV_QPS_SQD && qp->sq.head_index() != qp->sq_assigned_end;
+  a->max_rd_atomic = qp->max_rd_atomic;
+  a->max_dest_rd_atomic = qp->max_dest_rd_atomic;
+  a->min_rnr_timer = qp->min_rnr_timer;
+  a->port_num = qp->port_num;
+  a->timeout = qp->timeout;
+  a->retry_cnt = qp->retry_cnt;
+  a->rnr_retry = qp->rnr_retry;
+  if (init != nullptr) {
+    *init = ibv_qp_init_attr{};
+    init->qp_type = qp->type;
+    init->cap = qp->cap;
+    init->sq_sig_all = qp->sq_sig_all;
+  }
+  return 0;
+}
+
+void Engine::reset_qp(Qp* qp) {
+  timers_.cancel(qp->retransmit_timer);
+  timers_.cancel(qp->rnr_timer);
+  qp->sq.clear();
+  qp->rq.clear();
+  qp->sq_cursor = qp->sq_assigned_end = 0;
+  qp->rd_atomic_outstanding = 0;
+  qp->pkts_since_ackreq = 0;
+  qp->rnr_waiting = false;
+  qp->in_msg = qp->have_rwqe = qp->uc_drop_msg = false;
+  qp->res = {};
+  qp->res_next = qp->res_sending = 0;
+  qp->ack_pending = false;
+  qp->flush_pending = false;
+  qp->state = IBV_QPS_RESET;
+}
+
+void Engine::enter_error(Qp* qp) {
+  // Everything outstanding completes with IBV_WC_WR_FLUSH_ERR (in the engine's next pass, so
+  // that an error completion being generated right now goes first).
+  qp->state = IBV_QPS_ERR;
+  qp->ibv.state = IBV_QPS_ERR;
+  timers_.cancel(qp->retransmit_timer);
+  timers_.cancel(qp->rnr_timer);
+  qp->flush_pending = true;
+  schedule(qp);
+}
+
+void Engine::flush_qp(Qp* qp) {
+  qp->flush_pending = false;
+  while (!qp->sq.empty()) {
+    SendWqe& w = qp->sq.front();
+    ibv_wc wc{};
+    wc.wr_id = w.wr_id;
+    wc.status = w.state == WqeState::kDone ? w.status : IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = send_wc_opcode(w.opcode);
+    wc.qp_num = qp->qpn;
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
+    // Successful WQEs still owed a completion keep their signalling; errors always complete.
+    if (wc.status != IBV_WC_SUCCESS || w.signaled) push_cqe(qp->send_cq, wc, nullptr);
+    qp->sq.pop();
+  }
+  qp->sq_cursor = qp->sq_assigned_end = qp->sq.head_index();
+  qp->rd_atomic_outstanding = 0;
+  if (qp->srq == nullptr) {
+    while (!qp->rq.empty()) {
+      ibv_wc wc{};
+      wc.wr_id = qp->rq.front().wr_id;
+      wc.status = IBV_WC_WR_FLUSH_ERR;
+      wc.opcode = IBV_WC_RECV;
+      wc.qp_num = qp->qpn;
+      counters_.inc(Counter::flushed_wqes);
+      push_cqe(qp->recv_cq, wc, nullptr);
+      qp->rq.pop();
+    }
+  }
+  if (qp->have_rwqe) {
+    // A receive WQE taken from the SRQ for a message that never finished.
+    ibv_wc wc{};
+    wc.wr_id = qp->rwqe.wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qp->qpn;
+    push_cqe(qp->recv_cq, wc, nullptr);
+    qp->have_rwqe = false;
+  }
+  qp->in_msg = false;
+  for (auto& r : qp->res) r.sending = false;
+  qp->res_sending = 0;
+  qp->ack_pending = false;
+}
+
+// ---- Posting ----------------------------------------------------------------------------------
+
+int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
+  for (; wr != nullptr; wr = wr->next) {
+    int err = 0;
+    if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR) {
+      err = EINVAL;
+    } else if (!opcode_allowed(qp->type, wr->opcode)) {
+      err = EINVAL;
+    } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) {
+      err = EINVAL;
+    } else if (qp->sq.full()) {
+      err = ENOMEM;
+    }
+    uint64_t total = 0;
+    if (err == 0) {
+      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+      const bool atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                          wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                          wr->opcode == IBV_WR_ATOMIC_WRITE;
+      const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
+                             wr->opcode != IBV_WR_RDMA_READ && !atomic;
+      if (total > (1ull << 31)) err = EINVAL;
+      else if (atomic && total != 8) err = EINVAL;
+      else if (is_inline && total > qp->cap.max_inline_data) err = EINVAL;
+      else if (qp->type == IBV_QPT_UD && (wr->wr.ud.ah == nullptr || total > qp->mtu)) err = EINVAL;
+    }
+    if (err != 0) {
+      if (bad != nullptr) *bad = wr;
+      return err;
+    }
+    SendWqe& w = qp->sq.next_slot();
+    w = SendWqe{};
+    w.wr_id = wr->wr_id;
+    w.opcode = wr->opcode;
+    w.send_flags = wr->send_flags;
+    w.imm_or_inv = wr->imm_data;
+    w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+    switch (wr->opcode) {
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        w.remote_addr = wr->wr.atomic.remote_addr;
+        w.rkey = wr->wr.atomic.rkey;
+        w.compare_add = wr->wr.atomic.compare_add;
+        w.swap = wr->wr.atomic.swap;
+        break;
+      default:
+        w.remote_addr = wr->wr.rdma.remote_addr;
+        w.rkey = wr->wr.rdma.rkey;
+        break;
+    }
+    if (qp->type == IBV_QPT_UD) {
+      w.ah = to_ah(wr->wr.ud.ah);
+      w.remote_qpn = wr->wr.ud.remote_qpn;
+      // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
+      w.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey : wr->wr.ud.remote_qkey;
+    }
+    w.length = static_cast<uint32_t>(total);
+    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && !w.is_read_or_atomic() &&
+                  wr->opcode != IBV_WR_ATOMIC_WRITE;
+    if (w.is_inline) {
+      uint32_t off = 0;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(w.inline_data.data() + off,
+                    reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
+        off += wr->sg_list[i].length;
+      }
+    } else {
+      w.num_sge = static_cast<uint32_t>(wr->num_sge);
+      for (int i = 0; i < wr->num_sge; ++i)
+        w.sge[static_cast<size_t>(i)] = {wr->sg_list[i].addr, wr->sg_list[i].length,
+                                         wr->sg_list[i].lkey};
+    }
+    qp->sq.commit();
+  }
+  if (qp->state == IBV_QPS_ERR) qp->flush_pending = true;
+  schedule(qp);
+  return 0;
+}
+
+int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  for (; wr != nullptr; wr = wr->next) {
+    int err = 0;
+    if (qp->state == IBV_QPS_RESET || qp->srq != nullptr) err = EINVAL;
+    else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge)
+      err = EINVAL;
+    else if (qp->rq.full()) err = ENOMEM;
+    if (err != 0) {
+      if (bad != nullptr) *bad = wr;
+      return err;
+    }
+    RecvWqe r;
+    r.wr_id = wr->wr_id;
+    r.num_sge = static_cast<uint32_t>(wr->num_sge);
+    for (int i = 0; i < wr->num_sge; ++i)
+      r.sge[static_cast<size_t>(i)] = {wr->sg_list[i].addr, wr->sg_list[i].length,
+                                       wr->sg_list[i].lkey};
+    qp->rq.push(r);
+  }
+  if (qp->state == IBV_QPS_ERR) {
+    qp->flush_pending = true;
+    schedule(qp);
+  }
+  return 0;
+}
+
+int Engine::post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  for (; wr != nullptr; wr = wr->next) {
+    int err = 0;
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq->max_sge) err = EINVAL;
+    else if (srq->ring.full()) err = ENOMEM;
+    if (err != 0) {
+      if (bad != nullptr) *bad = wr;
+      return err;
+    }
+    RecvWqe r;
+    r.wr_id = wr->wr_id;
+    r.num_sge = static_cast<uint32_t>(wr->num_sge);
+    for (int i = 0; i < wr->num_sge; ++i)
+      r.sge[static_cast<size_t>(i)] = {wr->sg_list[i].addr, wr->sg_list[i].length,
+                                       wr->sg_list[i].lkey};
+    srq->ring.push(r);
+  }
+  return 0;
+}
+
+}  // namespace uroce
