@@ -76,6 +76,7 @@ class Counters {
   uint64_t get(Counter c) const { return v_[static_cast<size_t>(c)]; }
   uint64_t get(wire::ParseError e) const { return parse_[static_cast<size_t>(e)]; }
   uint64_t operator[](Counter c) const { return get(c); }
+  uint64_t operator[](wire::ParseError e) const { return get(e); }
 
  private:
   std::array<uint64_t, static_cast<size_t>(Counter::kCount)> v_{};

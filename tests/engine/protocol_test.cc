@@ -1,0 +1,383 @@
+// Single-packet protocol tests: put a responder QP in a known state, feed it one packet as
+// the peer would send it, and assert the exact packets it emits and the memory it touches.
+// Each case says what arrives (past / in-order / future PSN, bad key, ...) and what we expect.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "capture_port.h"
+#include "harness.h"
+
+namespace uroce::test {
+namespace {
+
+using namespace wire;
+
+constexpr uint32_t kPeerQpn = 0x99;
+constexpr uint32_t kEpsn = 1000;
+const MacAddr kPeerMac = {0x02, 0, 0, 0, 0, 0x0a};
+
+class Responder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineConfig cfg;
+    cfg.ipv4 = kIpB;
+    engine = std::make_unique<Engine>(port, cfg);
+    engine->set_neighbor(ipv4_mapped_gid(kIpA), kPeerMac);
+    pd = engine->alloc_pd();
+    cq = engine->create_cq(64);
+    QpOptions o;
+    o.rq_psn = kEpsn;
+    o.sq_psn = 5000;
+    o.min_rnr_timer = 12;
+    o.rd_atomic = 4;
+    side_qp(o);
+    mem.assign(4096 + 64, 0xAB);  // 32 guard bytes on each side of the MR's 4096
+    mr = engine->reg_mr(pd, mem.data() + 32, 4096,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+    ASSERT_NE(mr, nullptr);
+  }
+
+  void side_qp(const QpOptions& o) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = &cq->ibv;
+    ia.recv_cq = &cq->ibv;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap = {16, 16, 2, 2, 0};
+    qp = engine->create_qp(pd, &ia);
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = static_cast<unsigned>(o.access);
+    ASSERT_EQ(engine->modify_qp(qp, &a,
+                                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                    IBV_QP_ACCESS_FLAGS),
+              0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = kPeerQpn;
+    a.rq_psn = o.rq_psn;
+    a.max_dest_rd_atomic = o.rd_atomic;
+    a.min_rnr_timer = o.min_rnr_timer;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.sgid_index = 1;
+    const Gid g = ipv4_mapped_gid(kIpA);
+    std::memcpy(a.ah_attr.grh.dgid.raw, g.data(), 16);
+    ASSERT_EQ(engine->modify_qp(qp, &a,
+                                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                                    IBV_QP_MIN_RNR_TIMER),
+              0);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = o.sq_psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = o.rd_atomic;
+    ASSERT_EQ(engine->modify_qp(qp, &a,
+                                IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+                                    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                    IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+
+  /// A request from the peer with the given opcode and PSN; ext headers from `x`.
+  void send(uint8_t opcode, uint32_t psn, const std::vector<uint8_t>& payload = {},
+            const ExtHeaders& x = {}, bool ack_req = true, uint16_t pkey = 0xFFFF) {
+    RoceHeaders h;
+    h.eth.src = kPeerMac;
+    h.eth.dst = port.mac();
+    h.ip4.src = kIpA;
+    h.ip4.dst = kIpB;
+    h.udp.src_port = 0xC123;
+    h.bth.opcode = opcode;
+    h.bth.psn = psn;
+    h.bth.dest_qp = qp->qpn;
+    h.bth.ack_req = ack_req;
+    h.bth.pkey = pkey;
+    h.ext = x;
+    std::vector<uint8_t> frame(frame_len(h, payload.size()));
+    ASSERT_EQ(build_frame(h, payload, frame), frame.size());
+    port.inject(frame);
+  }
+
+  /// Polls once and returns what the engine sent, parsed.
+  std::vector<ParsedPacket> step() {
+    now += 1000;
+    engine->poll(now);
+    sent = port.take_sent();
+    std::vector<ParsedPacket> out;
+    for (const auto& f : sent) {
+      ParsedPacket p;
+      EXPECT_EQ(parse_frame(f, p), ParseError::kOk);
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  ExtHeaders reth(uint64_t offset, uint32_t len, uint32_t rkey = 0) {
+    ExtHeaders x;
+    x.reth = {reinterpret_cast<uint64_t>(mem.data() + 32) + offset, rkey ? rkey : mr->key, len};
+    return x;
+  }
+
+  void post_recv(uint64_t wr_id, uint32_t len = 4096) {
+    ibv_sge s{reinterpret_cast<uint64_t>(mem.data() + 32), len, mr->key};
+    ibv_recv_wr w{};
+    w.wr_id = wr_id;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    ASSERT_EQ(engine->post_recv(qp, &w, nullptr), 0);
+  }
+
+  bool guards_intact() const {
+    for (size_t i = 0; i < 32; ++i)
+      if (mem[i] != 0xAB || mem[mem.size() - 1 - i] != 0xAB) return false;
+    return true;
+  }
+
+  CapturePort port;
+  std::unique_ptr<Engine> engine;
+  mem::Pd* pd = nullptr;
+  Cq* cq = nullptr;
+  Qp* qp = nullptr;
+  mem::Mr* mr = nullptr;
+  std::vector<uint8_t> mem;
+  std::vector<std::vector<uint8_t>> sent;
+  uint64_t now = 1'000'000;
+};
+
+TEST_F(Responder, InOrderWriteIsAckedWithItsPsnAndMsn) {
+  // In order: WRITE ONLY at ePSN with AckReq. Expect: ACK, PSN = ePSN, MSN = 1; data placed.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(100, 0x5A), reth(0, 100));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(out[0].hdr.bth.dest_qp, kPeerQpn);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
+  EXPECT_EQ(mem[32], 0x5A);
+  EXPECT_EQ(mem[32 + 99], 0x5A);
+  EXPECT_EQ(mem[32 + 100], 0xAB);
+}
+
+TEST_F(Responder, DuplicateWriteIsReAckedNotReExecuted) {
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  step();
+  mem[32] = 0x77;  // if the duplicate executed, this would be overwritten
+  // Past: the same PSN again. Expect: ACK for ePSN-1 (= this PSN), memory untouched.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(mem[32], 0x77);
+  EXPECT_EQ(engine->counters()[Counter::dup_requests], 1u);
+}
+
+TEST_F(Responder, PsnAheadGetsOneSequenceNakPerGap) {
+  // Future: ePSN+2. Expect: NAK PSN sequence error carrying ePSN; nothing written.
+  send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(8, 1), reth(0, 8));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_nak());
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kPsnSeqError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(mem[32], 0xAB);
+  // Future again, same gap. Expect: silence (one NAK per gap).
+  send(opcode::kRcWriteOnly, kEpsn + 3, std::vector<uint8_t>(8, 1), reth(0, 8));
+  EXPECT_TRUE(step().empty());
+  // In order, then a new gap. Expect: ACK, then a fresh NAK.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  send(opcode::kRcWriteOnly, kEpsn + 5, std::vector<uint8_t>(8, 1), reth(0, 8));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kPsnSeqError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 1);
+}
+
+TEST_F(Responder, BadRkeyWriteIsNakedAndMemoryUntouched) {
+  // In order, but an R_Key nobody registered. Expect: NAK remote access error at that PSN,
+  // not one byte written, QP in error.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(64, 1), reth(0, 64, mr->key ^ 0x5));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  for (uint8_t b : mem) ASSERT_EQ(b, 0xAB);
+  EXPECT_EQ(qp->state, IBV_QPS_ERR);
+}
+
+TEST_F(Responder, OutOfBoundsWriteIsNakedAndMemoryUntouched) {
+  // The range runs 1 byte past the MR's end.
+  send(opcode::kRcWriteFirst, kEpsn, std::vector<uint8_t>(1024, 1), reth(3073, 1024));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  for (uint8_t b : mem) ASSERT_EQ(b, 0xAB);
+}
+
+TEST_F(Responder, WriteWithoutRemoteWriteAccessIsNaked) {
+  auto* ro = engine->reg_mr(pd, mem.data() + 32, 4096, IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(ro, nullptr);
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 1), reth(0, 16, ro->key));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_TRUE(guards_intact());
+  EXPECT_EQ(mem[32], 0xAB);
+}
+
+TEST_F(Responder, WriteToAnotherPdsMrIsNaked) {
+  mem::Pd* other = engine->alloc_pd();
+  auto* omr = engine->reg_mr(other, mem.data() + 32, 4096,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 1), reth(0, 16, omr->key));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_EQ(mem[32], 0xAB);
+}
+
+TEST_F(Responder, SendWithoutReceiveWqeGetsRnrNakWithMinRnrTimer) {
+  send(opcode::kRcSendOnly, kEpsn, std::vector<uint8_t>(16, 1));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_rnr_nak());
+  EXPECT_EQ(out[0].hdr.ext.aeth.rnr_timer_code(), 12);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  // The retransmission after a receive is posted succeeds at the same PSN.
+  post_recv(9);
+  send(opcode::kRcSendOnly, kEpsn, std::vector<uint8_t>(16, 1));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  ibv_wc wc;
+  ASSERT_EQ(engine->poll_cq(cq, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 9u);
+  EXPECT_EQ(wc.byte_len, 16u);
+}
+
+TEST_F(Responder, MiddleWithoutFirstIsAnInvalidRequest) {
+  send(opcode::kRcWriteMiddle, kEpsn, std::vector<uint8_t>(1024, 1));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
+  EXPECT_EQ(mem[32], 0xAB);
+}
+
+TEST_F(Responder, ShortMiddlePacketIsAnInvalidRequest) {
+  send(opcode::kRcWriteFirst, kEpsn, std::vector<uint8_t>(1024, 1), reth(0, 3000), false);
+  EXPECT_TRUE(step().empty());
+  send(opcode::kRcWriteMiddle, kEpsn + 1, std::vector<uint8_t>(1000, 1));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
+}
+
+TEST_F(Responder, ReadIsAnsweredInMtuSegmentsAndDuplicateReplaysSubset) {
+  for (size_t i = 0; i < 4096; ++i) mem[32 + i] = static_cast<uint8_t>(i * 3);
+  // In order: READ 2500 bytes. Expect: FIRST, MIDDLE, LAST with PSNs ePSN..ePSN+2.
+  send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 2500));
+  auto out = step();
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseFirst);
+  EXPECT_EQ(out[1].hdr.bth.opcode, opcode::kRcReadResponseMiddle);
+  EXPECT_EQ(out[2].hdr.bth.opcode, opcode::kRcReadResponseLast);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[static_cast<size_t>(i)].hdr.bth.psn, kEpsn + static_cast<uint32_t>(i));
+  EXPECT_EQ(out[2].payload.size(), 2500u - 2048u);
+  EXPECT_EQ(out[1].payload[0], static_cast<uint8_t>(1024 * 3));
+  // Past: the requester lost the last segment and asks again from PSN ePSN+2 for the
+  // remaining 452 bytes. Expect: READ RESPONSE ONLY with PSN ePSN+2 and those bytes.
+  send(opcode::kRcReadRequest, kEpsn + 2, {}, reth(2048, 452));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 2);
+  ASSERT_EQ(out[0].payload.size(), 452u);
+  EXPECT_EQ(out[0].payload[0], static_cast<uint8_t>(2048 * 3));
+  EXPECT_EQ(engine->counters()[Counter::dup_reads_replayed], 1u);
+}
+
+TEST_F(Responder, DuplicateAtomicIsReplayedNotExecutedTwice) {
+  uint64_t v = 100;
+  std::memcpy(mem.data() + 32, &v, 8);
+  ExtHeaders x;
+  x.atomic = {reinterpret_cast<uint64_t>(mem.data() + 32), mr->key, 5, 0};
+  send(opcode::kRcFetchAdd, kEpsn, {}, x);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAtomicAck);
+  EXPECT_EQ(out[0].hdr.ext.atomic_ack.orig, 100u);
+  // Past: the same FETCH_ADD again (its ACK was lost). Expect: the same ATOMIC ACK (orig 100),
+  // and the target still 105.
+  send(opcode::kRcFetchAdd, kEpsn, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAtomicAck);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(out[0].hdr.ext.atomic_ack.orig, 100u);
+  std::memcpy(&v, mem.data() + 32, 8);
+  EXPECT_EQ(v, 105u);
+}
+
+TEST_F(Responder, MisalignedAtomicIsAnInvalidRequest) {
+  ExtHeaders x;
+  x.atomic = {reinterpret_cast<uint64_t>(mem.data() + 36), mr->key, 5, 0};
+  send(opcode::kRcFetchAdd, kEpsn, {}, x);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
+  EXPECT_TRUE(guards_intact());
+  EXPECT_EQ(mem[36], 0xAB);
+}
+
+TEST_F(Responder, LimitedMemberPkeyIsAcceptedByAFullMember) {
+  // 0x7FFF is the default partition with limited membership; we are a full member (0xFFFF).
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8), true, 0x7FFF);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_bad_pkey], 0u);
+}
+
+TEST_F(Responder, WrongPkeyBadIcrcAndUnknownQpAreDroppedAndCounted) {
+  // Another partition (low 15 bits differ): dropped.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8), true, 0x8001);
+  EXPECT_TRUE(step().empty());
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_bad_pkey], 1u);
+
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  // Flip one payload bit of the queued frame by rebuilding it by hand.
+  RoceHeaders h;
+  h.eth.src = kPeerMac;
+  h.eth.dst = port.mac();
+  h.ip4.src = kIpA;
+  h.ip4.dst = kIpB;
+  h.bth.opcode = opcode::kRcWriteOnly;
+  h.bth.psn = kEpsn;
+  h.bth.dest_qp = qp->qpn + 7;  // no such QP
+  h.ext = reth(0, 8);
+  std::vector<uint8_t> payload(8, 1), frame(frame_len(h, 8));
+  build_frame(h, payload, frame);
+  port.inject(frame);
+  frame[frame.size() - 10] ^= 0x01;
+  port.inject(frame);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);  // only the first (valid) frame is acknowledged
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_unknown_qpn], 1u);
+  EXPECT_EQ(engine->counters()[ParseError::kBadIcrc], 1u);
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_malformed], 1u);
+}
+
+}  // namespace
+}  // namespace uroce::test
