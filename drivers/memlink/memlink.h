@@ -56,6 +56,8 @@ class MemLink {
   End& b() { return b_; }
   /// Frames sitting in either receive queue (nothing in flight means the link is idle).
   size_t in_flight() const { return a_.rxq_.size() + b_.rxq_.size(); }
+  /// The shared frame pool (tests check that every frame comes back).
+  const FramePool& pool() const { return pool_; }
 
  private:
   Config cfg_;

@@ -91,6 +91,8 @@ void Engine::retry_from(Qp* qp, Psn psn) {
       later.state = WqeState::kSending;
     }
     qp->pkts_since_ackreq = 0;
+    qp->retry_pending = true;
+    qp->retry_psn = psn;
     schedule(qp);
     break;
   }
@@ -182,6 +184,9 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
         if (a.nak_code() == NakCode::kPsnSeqError) {
           counters_.inc(Counter::seq_naks_rcvd);
+          // Already going back to exactly this PSN (e.g. the responder NAKs the rest of a
+          // message it just RNR-NAKed): one retry is enough.
+          if (qp->rnr_waiting || (qp->retry_pending && qp->retry_psn == psn)) return;
           if (qp->retry_left == 0) {
             const uint64_t i = first_open(qp);
             if (i < qp->sq_assigned_end) {

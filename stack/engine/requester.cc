@@ -152,6 +152,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   if (psn - qp->max_sent_psn <= 0 && qp->sent_any) counters_.inc(Counter::retransmitted_pkts);
   if (!qp->sent_any || psn - qp->max_sent_psn > 0) qp->max_sent_psn = psn;
   qp->sent_any = true;
+  qp->retry_pending = false;
   send_built(f, lay);
 
   if (w.is_read_or_atomic() || w.opcode == IBV_WR_ATOMIC_WRITE) {

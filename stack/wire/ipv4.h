@@ -10,6 +10,7 @@
 //   |              options (ihl > 5) ...                   |
 #pragma once
 
+#include <algorithm>
 #include <array>
 
 #include "wire/addr.h"
@@ -49,6 +50,7 @@ class Ipv4View {
   uint8_t ecn() const { return b_[1] & 3; }
   uint16_t total_len() const { return load_be16(&b_[2]); }
   uint16_t ident() const { return load_be16(&b_[4]); }
+  bool reserved_flag() const { return (b_[6] & 0x80) != 0; }
   bool dont_frag() const { return (b_[6] & 0x40) != 0; }
   bool more_frags() const { return (b_[6] & 0x20) != 0; }
   uint16_t frag_offset() const { return load_be16(&b_[6]) & 0x1FFF; }
@@ -72,6 +74,7 @@ struct Ipv4Repr {
   uint8_t ecn = 0;
   uint16_t total_len = 0;   // filled in by emit_with_payload / the frame builder
   uint16_t ident = 0;
+  bool reserved_flag = false;  // must be 0; kept so that re-emitting reproduces a capture
   bool dont_frag = true;    // RoCEv2 traffic is sent with DF
   uint8_t ttl = 64;
   uint8_t protocol = kIpProtoUdp;
@@ -81,18 +84,27 @@ struct Ipv4Repr {
   uint8_t options_len = 0;  // multiple of 4, at most 40
   std::array<uint8_t, 40> options{};
 
-  size_t header_len() const { return Ipv4View::kMinLen + options_len; }
+  /// options_len is clamped to 40 and rounded down to a multiple of 4 (IHL counts words).
+  size_t header_len() const { return Ipv4View::kMinLen + (std::min<size_t>(options_len, 40) & ~size_t{3}); }
 
   /// Structural parse; also rejects fragments and bad checksums.
   static ParseError parse(Bytes b, Ipv4Repr& out) {
-    if (auto e = Ipv4View::check(b); e != ParseError::kOk) return e;
+    if (auto e = parse_fields(b, out); e != ParseError::kOk) return e;
     Ipv4View v(b);
     if (!v.checksum_ok()) return ParseError::kBadIpChecksum;
     if (v.is_fragment()) return ParseError::kIpFragment;
+    return ParseError::kOk;
+  }
+  /// Reads the fields after the structural checks only (no checksum, no fragment check):
+  /// for describing traffic that is not ours.
+  static ParseError parse_fields(Bytes b, Ipv4Repr& out) {
+    if (auto e = Ipv4View::check(b); e != ParseError::kOk) return e;
+    Ipv4View v(b);
     out.dscp = v.dscp();
     out.ecn = v.ecn();
     out.total_len = v.total_len();
     out.ident = v.ident();
+    out.reserved_flag = v.reserved_flag();
     out.dont_frag = v.dont_frag();
     out.ttl = v.ttl();
     out.protocol = v.protocol();
@@ -110,7 +122,7 @@ struct Ipv4Repr {
     out[1] = static_cast<uint8_t>((dscp << 2) | (ecn & 3));
     store_be16(&out[2], total_len);
     store_be16(&out[4], ident);
-    store_be16(&out[6], dont_frag ? 0x4000 : 0);
+    store_be16(&out[6], static_cast<uint16_t>((reserved_flag ? 0x8000 : 0) | (dont_frag ? 0x4000 : 0)));
     out[8] = ttl;
     out[9] = protocol;
     store_be16(&out[10], 0);
@@ -118,7 +130,7 @@ struct Ipv4Repr {
       out[12 + i] = src[i];
       out[16 + i] = dst[i];
     }
-    for (size_t i = 0; i < options_len; ++i) out[20 + i] = options[i];
+    for (size_t i = 0; i < header_len() - Ipv4View::kMinLen; ++i) out[20 + i] = options[i];
     store_be16(&out[10], internet_checksum(Bytes(out.data(), header_len())));
   }
   bool operator==(const Ipv4Repr&) const = default;

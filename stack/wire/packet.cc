@@ -41,8 +41,7 @@ void emit_ext(const OpcodeInfo& info, const ExtHeaders& x, MutBytes b) {
 }  // namespace
 
 ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt) {
-  out.reached = Layer::kNone;
-  out.info = nullptr;
+  out = ParsedPacket{};  // nothing stale from an earlier frame
   RoceHeaders& h = out.hdr;
 
   // Ethernet (+ 802.1Q)
@@ -55,15 +54,22 @@ ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt) 
   Bytes ip_payload;
   if (h.eth.ethertype == kEtherTypeIpv4) {
     h.ipv6 = false;
+    // Other protocols are "not ours" even when their checksum or fragmentation would fail.
+    if (Ipv4Repr::parse_fields(l3, h.ip4) == ParseError::kOk && h.ip4.protocol != kIpProtoUdp) {
+      out.reached = Layer::kIp;
+      return ParseError::kNotUdp;
+    }
     if (auto e = Ipv4Repr::parse(l3, h.ip4); e != ParseError::kOk) return e;
-    if (h.ip4.protocol != kIpProtoUdp) return ParseError::kNotUdp;
     Ipv4View v(l3);
     ip_payload = v.payload();
     l3 = l3.first(v.total_len());
   } else if (h.eth.ethertype == kEtherTypeIpv6) {
     h.ipv6 = true;
     if (auto e = Ipv6Repr::parse(l3, h.ip6); e != ParseError::kOk) return e;
-    if (h.ip6.next_header != kIpProtoUdp) return ParseError::kNotUdp;
+    if (h.ip6.next_header != kIpProtoUdp) {
+      out.reached = Layer::kIp;
+      return ParseError::kNotUdp;
+    }
     ip_payload = Ipv6View(l3).payload();
     l3 = l3.first(Ipv6View::kLen + h.ip6.payload_len);
   } else {
@@ -132,6 +138,8 @@ FrameLayout emit_headers(const RoceHeaders& hin, size_t payload_len, MutBytes ou
   const size_t pad = (4 - (payload_len & 3)) & 3;
   h.bth.pad_count = static_cast<uint8_t>(pad);
   const size_t udp_len = UdpView::kLen + info.length + payload_len + pad + kIcrcLen;
+  // The IPv4 total length / IPv6 payload length (and so the UDP length) are 16 bits.
+  if ((h.ipv6 ? 0 : h.ip4.header_len()) + udp_len > 0xFFFF) return lay;
   h.udp.length = static_cast<uint16_t>(udp_len);
   h.eth.ethertype = h.ipv6 ? kEtherTypeIpv6 : kEtherTypeIpv4;
 

@@ -96,7 +96,8 @@ struct FrameLayout {
 /// The zero-copy way to build a frame: writes every header (lengths, pad count, IPv4 checksum
 /// filled in) and zero pad bytes for a payload of `payload_len` bytes, but not the payload
 /// itself. Copy the payload to out[payload_off ...], then call seal_frame(). Returns a layout
-/// with len 0 if `out` is too small or the opcode is invalid.
+/// with len 0 if `out` is too small, the opcode is invalid, or the IP datagram would exceed
+/// the 16-bit IP length field.
 FrameLayout emit_headers(const RoceHeaders& h, size_t payload_len, MutBytes out);
 /// Computes and stores the ICRC once the payload is in place.
 void seal_frame(MutBytes out, const FrameLayout& layout);
@@ -111,8 +112,8 @@ struct BuildExtras {
 
 /// Writes a complete frame for `h` (taking the opcode, addresses, ports and header fields
 /// from it) carrying `payload`, computing the BTH pad count, IP/UDP lengths, the IPv4 header
-/// checksum and the ICRC. Returns the frame length, or 0 if `out` is too small or the opcode
-/// is not valid.
+/// checksum and the ICRC. Returns the frame length, or 0 if `out` is too small, the opcode
+/// is not valid, or the IP datagram would exceed the 16-bit IP length field.
 size_t build_frame(const RoceHeaders& h, Bytes payload, MutBytes out,
                    const BuildExtras& extras = {});
 
