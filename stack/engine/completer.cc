@@ -66,6 +66,8 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     qp->comp_psn = upto;
     progress = true;
   }
+  // A READ/ATOMIC completed by its response is done but not yet retired.
+  if (!qp->sq.empty() && qp->sq.front().state == WqeState::kDone) progress = true;
   if (progress) {
     qp->retry_left = qp->retry_cnt;  // forward progress refills the retry budget
     retire_sq(qp);
@@ -112,6 +114,7 @@ void Engine::on_retransmit_timeout(Qp* qp) {
     return;
   }
   --qp->retry_left;
+  qp->resp_gap = false;  // whatever we were waiting for did not come: ask again
   retry_from(qp, qp->comp_psn);
 }
 
@@ -227,26 +230,25 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       if (w.last_psn() - psn < 0) continue;  // (cannot happen: in-range check below)
       return;  // a duplicate response
     }
-    if (psn - w.last_psn() > 0) {
-      // This READ/ATOMIC's response is missing and a later one arrived: go back.
-      counters_.inc(Counter::implicit_naks);
-      ack_upto(qp, w.first_psn);
-      retry_from(qp, expected);
-      return;
-    }
     if (psn != expected) {
-      // A response segment went missing (PSN gap inside the READ): ask again from there.
+      // A response went missing (a PSN gap inside the READ, or this READ/ATOMIC's response
+      // lost and a later one arrived): ask again from the expected PSN, once. The rest of
+      // the old response stream that is still in flight is ignored until it arrives.
+      if (qp->resp_gap && qp->resp_gap_psn == expected) return;
       ack_upto(qp, w.first_psn);
-      counters_.inc(Counter::seq_naks_rcvd);
+      counters_.inc(psn - w.last_psn() > 0 ? Counter::implicit_naks : Counter::seq_naks_rcvd);
       if (qp->retry_left == 0) {
         counters_.inc(Counter::retry_exceeded);
         fail_send(qp, w, IBV_WC_RETRY_EXC_ERR);
         return;
       }
       --qp->retry_left;
+      qp->resp_gap = true;
+      qp->resp_gap_psn = expected;
       retry_from(qp, expected);
       return;
     }
+    qp->resp_gap = false;
     ack_upto(qp, w.first_psn);
     if (qp->state == IBV_QPS_ERR) return;
     if (info.op == Operation::kAtomicAck) {
@@ -266,13 +268,13 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
         return;
       }
-      // Segment sizes: every segment but the last carries a full MTU.
+      // Segment sizes: every segment but the last carries a full MTU. (A READ asked again
+      // from the middle gets a new response message starting with FIRST/ONLY at that PSN, and
+      // stragglers of the old one may still arrive: both are fine where the PSN fits.)
       const uint32_t offset = w.read_done * qp->mtu;
       const uint32_t want = std::min(qp->mtu, w.length - std::min(w.length, offset));
       const bool last_seg = w.read_done + 1 == w.npkts;
-      const bool pos_ok = last_seg ? info.ends_message() : !info.ends_message();
-      if (p.payload.size() != want || !pos_ok ||
-          (w.read_done == 0) != info.starts_message()) {
+      if (p.payload.size() != want || last_seg != info.ends_message()) {
         fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
         return;
       }

@@ -12,6 +12,7 @@ using namespace wire;
 
 namespace {
 constexpr size_t kRxBurst = 32;
+constexpr size_t kRxBurstsPerPoll = 8;
 constexpr size_t kTxBurst = 32;
 
 uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<unsigned>(m); }
@@ -215,9 +216,14 @@ size_t Engine::poll(uint64_t now_ns) {
     receive(f);
     ++work;
   }
-  const uint16_t n = port_.rx_burst(now_, burst);
-  for (uint16_t i = 0; i < n; ++i) receive(burst[i]);
-  work += n;
+  // Up to kRxBurstsPerPoll bursts: receive faster than one QP's budget can send, so that a
+  // peer's READ response stream cannot outrun us.
+  for (size_t round = 0; round < kRxBurstsPerPoll; ++round) {
+    const uint16_t n = port_.rx_burst(now_, burst);
+    for (uint16_t i = 0; i < n; ++i) receive(burst[i]);
+    work += n;
+    if (n < burst.size()) break;
+  }
 
   // 2. Timers.
   work += timers_.advance(now_, [this](Timer& t) { fire_timer(t); });

@@ -183,6 +183,8 @@ struct Qp {
   uint8_t retry_left = 7;
   uint8_t rnr_retry_left = 7;
   bool rnr_waiting = false;
+  bool resp_gap = false;       // responses after a gap are being ignored until resp_gap_psn
+  Psn resp_gap_psn;
   bool retry_pending = false;  // retry_from(retry_psn) asked, the re-sent packet not out yet
   Psn retry_psn;
   Timer retransmit_timer;

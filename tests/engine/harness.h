@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "fault/fault_injector.h"
 #include "memlink/memlink.h"
 
 namespace uroce::test {
@@ -118,12 +119,23 @@ inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& 
   return s.engine->modify_qp(qp, &a, mask);
 }
 
-/// Two sides on a link; `port_a`/`port_b` may wrap the link's ends (fault injection, tracing).
+/// Two sides on an in-memory link, optionally each behind a fault injector (applied to what
+/// that side transmits).
 struct Pair {
-  explicit Pair(uint64_t seed = 1, Port* port_a = nullptr, Port* port_b = nullptr)
-      : a(port_a ? *port_a : link.a(), kIpA, seed), b(port_b ? *port_b : link.b(), kIpB, seed + 1) {
+  explicit Pair(uint64_t seed = 1, const drivers::FaultConfig* faults = nullptr)
+      : fa(faults ? std::make_unique<drivers::FaultInjector>(link.a(), with_seed(*faults, seed))
+                  : nullptr),
+        fb(faults ? std::make_unique<drivers::FaultInjector>(link.b(),
+                                                             with_seed(*faults, seed * 31 + 7))
+                  : nullptr),
+        a(fa ? static_cast<Port&>(*fa) : link.a(), kIpA, seed),
+        b(fb ? static_cast<Port&>(*fb) : link.b(), kIpB, seed + 1) {
     a.engine->set_neighbor(wire::ipv4_mapped_gid(kIpB), link.b().mac());
     b.engine->set_neighbor(wire::ipv4_mapped_gid(kIpA), link.a().mac());
+  }
+  static drivers::FaultConfig with_seed(drivers::FaultConfig c, uint64_t seed) {
+    c.seed = seed;
+    return c;
   }
   /// Connected QPs on both sides with the same options (PSNs crossed over).
   std::pair<Qp*, Qp*> rc_pair(QpOptions oa = {}, QpOptions ob = {}) {
@@ -135,6 +147,7 @@ struct Pair {
     EXPECT_EQ(connect_qp(b, qb, qa->qpn, kIpA, ob), 0);
     return {qa, qb};
   }
+  size_t held() const { return (fa ? fa->held() : 0) + (fb ? fb->held() : 0); }
   /// Polls both engines, advancing time by `step_ns` per round, until `done()` or `max_ns`
   /// of simulated time pass. Returns whether done() became true.
   bool run_until(const std::function<bool()>& done, uint64_t max_ns = 10'000'000'000ull,
@@ -142,12 +155,21 @@ struct Pair {
     const uint64_t end = now + max_ns;
     while (now < end) {
       if (done()) return true;
+      if (fa) fa->pump(now);
+      if (fb) fb->pump(now);
       a.engine->poll(now);
       b.engine->poll(now);
       // When nothing moves, jump to the next timer instead of stepping through idle time.
       if (link.in_flight() == 0 && !a.engine->has_tx_work() && !b.engine->has_tx_work()) {
-        const uint64_t next = std::min(a.engine->next_deadline(), b.engine->next_deadline());
+        uint64_t next = std::min(a.engine->next_deadline(), b.engine->next_deadline());
+        if (fa) next = std::min(next, fa->next_release());
+        if (fb) next = std::min(next, fb->next_release());
         if (next == TimerWheel::kNever) {
+          if (held() > 0) {  // frames held for reordering with no traffic behind them
+            if (fa) fa->flush(now);
+            if (fb) fb->flush(now);
+            continue;
+          }
           a.engine->poll(now);
           b.engine->poll(now);
           return done();
@@ -161,6 +183,7 @@ struct Pair {
   }
 
   drivers::MemLink link;
+  std::unique_ptr<drivers::FaultInjector> fa, fb;
   uint64_t now = 1'000'000;
   Side a, b;
 };
