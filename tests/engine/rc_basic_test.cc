@@ -147,5 +147,81 @@ TEST(RcBasic, WriteReadAndAtomics) {
   EXPECT_EQ(p.b.engine->counters()[Counter::dup_requests], 0u);
 }
 
+TEST(RcBasic, SendWithInvalidateKillsTheNamedRkey) {
+  Pair p;
+  auto [qa, qb] = p.rc_pair();
+  std::vector<uint8_t> src(100, 3), dst(100, 0), victim(64, 0);
+  auto* smr = p.a.reg(src, kAll);
+  auto* dmr = p.b.reg(dst, kAll);
+  auto* vmr = p.b.reg(victim, kAll);
+  const uint32_t vkey = vmr->key;
+  ibv_sge r{reinterpret_cast<uint64_t>(dst.data()), 100, dmr->key};
+  ibv_recv_wr rw{};
+  rw.wr_id = 1;
+  rw.sg_list = &r;
+  rw.num_sge = 1;
+  ASSERT_EQ(p.b.engine->post_recv(qb, &rw, nullptr), 0);
+  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 100, smr->key};
+  ibv_send_wr w{};
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_SEND_WITH_INV;
+  w.invalidate_rkey = vkey;
+  w.send_flags = IBV_SEND_SIGNALED;
+  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+  std::vector<ibv_wc> wb;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& x : drain(p.b)) wb.push_back(x);
+    return !wb.empty();
+  }));
+  EXPECT_EQ(wb[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(wb[0].wc_flags & IBV_WC_WITH_INV);
+  EXPECT_EQ(wb[0].invalidated_rkey, vkey);
+  // The key is dead: a WRITE through it is refused with a remote access error.
+  ibv_send_wr wr{};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(victim.data());
+  wr.wr.rdma.rkey = vkey;
+  ASSERT_EQ(p.a.engine->post_send(qa, &wr, nullptr), 0);
+  std::vector<ibv_wc> wa;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& x : drain(p.a)) wa.push_back(x);
+    return wa.size() == 2;
+  }));
+  EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wa[1].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(victim, std::vector<uint8_t>(64, 0));
+}
+
+TEST(RcBasic, AtomicWriteStoresEightBytes) {
+  Pair p;
+  auto [qa, qb] = p.rc_pair();
+  uint64_t value = 0x1122334455667788ull;
+  uint64_t target = 0;
+  auto* smr = p.a.engine->reg_mr(p.a.pd, &value, 8, kAll);
+  auto* tmr = p.b.engine->reg_mr(p.b.pd, &target, 8, kAll);
+  ibv_sge s{reinterpret_cast<uint64_t>(&value), 8, smr->key};
+  ibv_send_wr w{};
+  w.wr_id = 11;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_ATOMIC_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(&target);
+  w.wr.rdma.rkey = tmr->key;
+  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+  std::vector<ibv_wc> wa;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& x : drain(p.a)) wa.push_back(x);
+    return !wa.empty();
+  }));
+  EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wa[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(target, value);
+}
+
 }  // namespace
 }  // namespace uroce::test
