@@ -10,6 +10,11 @@ capture=${1:-pcaps/kernel-rxe-read_bw_4096-head.pcap}
 echo
 echo "=== uroce-dissect $capture (one line per packet) ==="
 ./build/tools/dissect/uroce-dissect "$capture"
+lesson=build/quickstart-explain.txt
+./build/tools/dissect/uroce-dissect --explain "$capture" > "$lesson"
 echo
-echo "=== uroce-dissect --explain $capture (first 120 lines) ==="
-./build/tools/dissect/uroce-dissect --explain "$capture" | head -n 120
+echo "=== uroce-dissect --explain $capture (first 150 of $(wc -l < "$lesson") lines; all in $lesson) ==="
+head -n 150 "$lesson"
+echo
+echo "=== per-QP summary ==="
+tail -n 25 "$lesson"

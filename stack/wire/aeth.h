@@ -60,7 +60,8 @@ struct AethRepr {
   bool is_ack() const { return kind() == AckKind::kAck; }
   bool is_rnr_nak() const { return kind() == AckKind::kRnrNak; }
   bool is_nak() const { return kind() == AckKind::kNak; }
-  uint8_t credits() const { return value(); }
+  /// ACK: the 5-bit credit code (IBA table 44 maps it to a credit count; 31 = not reported).
+  uint8_t credit_code() const { return value(); }
   uint8_t rnr_timer_code() const { return value(); }
   NakCode nak_code() const { return static_cast<NakCode>(value()); }
 

@@ -26,7 +26,7 @@ TEST(Aeth, ParsesCapturedAck) {
   EXPECT_FALSE(r.is_nak());
   EXPECT_FALSE(r.is_rnr_nak());
   EXPECT_EQ(r.kind(), AckKind::kAck);
-  EXPECT_EQ(r.credits(), 31);
+  EXPECT_EQ(r.credit_code(), 31);
   expect_fixed_codec<AethView>(wire, AethRepr{0x1F, 1});
 }
 
@@ -34,7 +34,7 @@ TEST(Aeth, DefaultIsAckWithoutCredits) {
   const AethRepr r;
   EXPECT_EQ(r.syndrome, 0x1F);
   EXPECT_TRUE(r.is_ack());
-  EXPECT_EQ(r.credits(), 31);
+  EXPECT_EQ(r.credit_code(), 31);
 }
 
 TEST(Aeth, AckWithCreditCount) {
@@ -43,7 +43,7 @@ TEST(Aeth, AckWithCreditCount) {
   AethRepr r;
   ASSERT_EQ(AethRepr::parse(wire, r), ParseError::kOk);
   EXPECT_TRUE(r.is_ack());
-  EXPECT_EQ(r.credits(), 10);
+  EXPECT_EQ(r.credit_code(), 10);
   EXPECT_EQ(r.msn, 0xFFFFFFu);
   expect_fixed_codec<AethView>(wire, AethRepr{0x0A, 0xFFFFFF});
 }
@@ -166,7 +166,7 @@ TEST(Aeth, MakeRoundTripsThroughTheWire) {
   for (uint8_t credits = 0; credits < 32; ++credits) {
     const AethRepr r = through_wire(AethRepr::make_ack(credits), 0x000100u + credits);
     EXPECT_TRUE(r.is_ack());
-    EXPECT_EQ(r.credits(), credits);
+    EXPECT_EQ(r.credit_code(), credits);
   }
   for (uint8_t code = 0; code < 32; ++code) {
     const AethRepr r = through_wire(AethRepr::make_rnr_nak(code), 0xFFFFFE);

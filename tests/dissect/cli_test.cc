@@ -1,0 +1,256 @@
+// End-to-end: the built uroce-dissect binary on good, broken and missing captures.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace uroce::dissect {
+namespace {
+
+using test::pcap_path;
+using test::run_tool;
+using test::split_lines;
+
+TEST(DissectCli, GoodCaptureOneLinePerPacketAndSummary) {
+  const auto r = run_tool({pcap_path("kernel-rxe-rnr_send_bw_64-head.pcap")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 141u);  // tshark: 140 frames, plus the summary
+  EXPECT_EQ(lines[0], "    1  0.000000  ARP who-has 10.77.0.11 tell 10.77.0.12");
+  EXPECT_EQ(lines[62],
+            "   63  0.158085  10.77.0.11 → 10.77.0.12  RC_ACKNOWLEDGE               qp=0x000011 "
+            "psn=597903 RNR-NAK 0.64ms msn=2 payload=0  ICRC ok");
+  EXPECT_EQ(lines[63],
+            "   64  0.158236  10.77.0.11 → 10.77.0.12  RC_ACKNOWLEDGE               qp=0x000011 "
+            "psn=597903 NAK PSN-seq-error msn=2 payload=0  ICRC ok");
+  EXPECT_NE(lines[81].find("psn=597903 ackreq payload=64  ICRC ok  [retransmission]  [resend "
+                           "after 8.154 ms]"),
+            std::string::npos)
+      << lines[81];
+  // tshark: 115 InfiniBand frames (107 opcode 4, 8 opcode 0x11), 25 others.
+  EXPECT_EQ(lines[140],
+            "summary: 140 packets: RoCE 115 (bad ICRC 0), other 25, malformed 0; RC_SEND_ONLY 107, "
+            "RC_ACKNOWLEDGE 8");
+}
+
+TEST(DissectCli, LossyCaptureTagsGaps) {
+  // tshark: request PSN 2200680 is missing before frame 123 (2200679 -> 2200681).
+  const auto r = run_tool({pcap_path("kernel-rxe-lossy_write_bw_4096-head.pcap")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 201u);
+  EXPECT_NE(lines[122].find("psn=2200681 ackreq payload=1024  ICRC ok  [gap: 1 missing]"),
+            std::string::npos)
+      << lines[122];
+  size_t tagged = 0;
+  for (const auto& l : lines) tagged += l.find("[gap: ") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(tagged, 4u);
+}
+
+TEST(DissectCli, ExplainModeTeachesAndSummarisesPerQp) {
+  const auto r = run_tool({"--explain", pcap_path("kernel-rxe-rnr_send_bw_64-head.pcap")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  for (const char* expected : {
+           "RoCEv2 in brief",
+           "BTH.AckReq          1                  — the requester asks the responder to "
+           "acknowledge this packet",
+           "UDP.DstPort         4791               — 4791 is the IANA port for RoCEv2",
+           "AETH.Syndrome       0x2c               — RNR NAK, timer code 12 (0.640 ms)",
+           "AETH.Syndrome       0x60               — NAK, code 0 (PSN sequence error): the "
+           "responder expected PSN 597903",
+           "IPv4.Flags          DF                 — don't fragment",
+           "Per-QP summary",
+           "#63 PSN 597903, timer 0.640 ms: resent after 8.154 ms (#82)",
+           "#97 PSN 597905, timer 0.640 ms: no resend seen before the capture ends",
+           "2 NAK (2 PSN sequence error), 2 RNR NAK",
+       }) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << "missing: " << expected;
+  }
+}
+
+TEST(DissectCli, ExplainReadCaptureMatchesSegments) {
+  const auto r = run_tool({"--explain", pcap_path("kernel-rxe-read_bw_4096-head.pcap")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("RETH.DMALen         4096               — bytes to read: the response "
+                       "takes ceil(4096 / 1024) = 4 packets"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("READ response segment 3/4 for READ request PSN 13676472"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("READs       35 requests, 26 answered, 25 complete"), std::string::npos);
+}
+
+TEST(DissectCli, JsonEveryLineIsValidJsonAndTheSummaryCounts) {
+  for (const char* capture :
+       {"kernel-rxe-rnr_send_bw_64-head.pcap", "kernel-rxe-read_bw_4096-head.pcap",
+        "kernel-rxe-atomic_bw_cas.pcap", "kernel-rxe-ud_pingpong-head.pcap"}) {
+    const auto r = run_tool({"--json", pcap_path(capture)});
+    EXPECT_EQ(r.status, 0) << r.err;
+    const auto lines = split_lines(r.out);
+    ASSERT_FALSE(lines.empty());
+    for (size_t i = 0; i < lines.size(); ++i)
+      ASSERT_TRUE(test::JsonCheck::valid(lines[i]))
+          << capture << " line " << i + 1 << ": " << lines[i];
+    EXPECT_EQ(lines.back().rfind("{\"summary\":{", 0), 0u) << lines.back();
+  }
+  const auto r = run_tool({"--json", pcap_path("kernel-rxe-rnr_send_bw_64-head.pcap")});
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 141u);
+  // Frame 63: the RNR NAK with all its numbers as numbers.
+  EXPECT_NE(lines[62].find("\"index\":63,\"time\":0.158085,"), std::string::npos) << lines[62];
+  EXPECT_NE(lines[62].find("\"aeth\":{\"syndrome\":44,\"kind\":\"RNR NAK\",\"rnr_timer_code\":12,"
+                           "\"rnr_timer_ns\":640000,\"msn\":2}"),
+            std::string::npos)
+      << lines[62];
+  EXPECT_NE(lines[62].find("\"psn\":597903"), std::string::npos);
+  EXPECT_NE(lines[62].find("\"tracking\":[{\"kind\":\"rnr_nak\""), std::string::npos);
+  EXPECT_NE(lines[140].find("\"packets\":140,\"roce\":115,\"other\":25,\"malformed\":0,"
+                            "\"bad_icrc\":0"),
+            std::string::npos)
+      << lines[140];
+  EXPECT_NE(lines[140].find("\"opcodes\":{\"RC_SEND_ONLY\":107,\"RC_ACKNOWLEDGE\":8}"),
+            std::string::npos);
+
+  // The same check with Python's parser, when there is one.
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") == 0) {
+    test::TempDir tmp;
+    const std::string f = tmp.path("out.jsonl");
+    std::ofstream(f) << r.out;
+    const std::string cmd =
+        "python3 -c 'import json,sys;[json.loads(l) for l in sys.stdin]' <'" + f + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+  }
+}
+
+/// Byte offset where record `n` (1-based) of a classic pcap file starts.
+size_t record_offset(const std::string& bytes, size_t n) {
+  size_t off = 24;
+  for (size_t i = 1; i < n; ++i) {
+    uint32_t incl = 0;
+    std::memcpy(&incl, bytes.data() + off + 8, 4);
+    off += 16 + incl;
+  }
+  return off;
+}
+
+TEST(DissectCli, TruncatedCaptureExitsOneAfterPrintingWhatItRead) {
+  const std::string full = test::read_file(pcap_path("kernel-rxe-write_bw_64.pcap"));
+  ASSERT_EQ(full.substr(0, 4), std::string("\xd4\xc3\xb2\xa1", 4));  // classic pcap
+  test::TempDir tmp;
+  const std::string cut = tmp.path("cut.pcap");
+  // Record 58's header is complete; 12 bytes of its data follow, then the file ends.
+  std::ofstream(cut, std::ios::binary) << full.substr(0, record_offset(full, 58) + 16 + 12);
+  const auto r = run_tool({cut});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(
+      r.err.rfind("uroce-dissect: " + cut + ": capture is truncated after packet 57 (libpcap: ", 0),
+      0u)
+      << r.err;
+  EXPECT_NE(r.err.find("only got 12"), std::string::npos) << r.err;
+  EXPECT_EQ(split_lines(r.err).size(), 1u);
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 58u);  // 57 packets and the summary
+  EXPECT_EQ(lines[57].rfind("summary: 57 packets", 0), 0u) << lines[57];
+
+  const auto j = run_tool({"--json", cut});
+  EXPECT_EQ(j.status, 1);
+  EXPECT_NE(split_lines(j.out).back().find("\"complete\":false"), std::string::npos);
+}
+
+TEST(DissectCli, NotACaptureExitsOne) {
+  test::TempDir tmp;
+  const std::string f = tmp.path("notes.txt");
+  std::ofstream(f) << "this is not a capture, just some text that is long enough\n";
+  const auto r = run_tool({f});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("uroce-dissect: " + f + ": not a pcap or pcapng capture", 0), 0u) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(DissectCli, MissingFileExitsOne) {
+  const auto r = run_tool({"/nonexistent/dir/capture.pcap"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err,
+            "uroce-dissect: /nonexistent/dir/capture.pcap: cannot open: No such file or "
+            "directory\n");
+}
+
+TEST(DissectCli, NonEthernetLinkTypeExitsOne) {
+  test::TempDir tmp;
+  const std::string f = tmp.path("raw.pcap");
+  test::write_pcap(f, 101, {});  // LINKTYPE_RAW
+  const auto r = run_tool({f});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("raw IP capture, not Ethernet"), std::string::npos) << r.err;
+}
+
+TEST(DissectCli, FlippedPayloadByteSaysIcrcBad) {
+  auto frames = test::read_frames(pcap_path("kernel-rxe-rnr_send_bw_64-head.pcap"));
+  frames.at(25).bytes.at(14 + 20 + 8 + 12 + 30) ^= 0x80;  // frame 26: a SEND_ONLY payload byte
+  test::TempDir tmp;
+  const std::string f = tmp.path("flipped.pcap");
+  {
+    drivers::PcapWriter w(f);
+    ASSERT_TRUE(w.ok()) << w.error();
+    for (const auto& fr : frames) w.write(fr.ts_ns, fr.bytes);
+  }
+  const auto r = run_tool({f});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 141u);
+  // tshark shows frame 26's ICRC bytes as 0x2105bd26, i.e. the CRC value 0x26bd0521.
+  EXPECT_NE(lines[25].find("psn=597901 ackreq payload=64  ICRC BAD (wire 0x26bd0521 calc 0x"),
+            std::string::npos)
+      << lines[25];
+  EXPECT_NE(lines[26].find("ICRC ok"), std::string::npos);
+  EXPECT_NE(lines[140].find("RoCE 115 (bad ICRC 1)"), std::string::npos) << lines[140];
+}
+
+TEST(DissectCli, SnappedCaptureIsParsedAsFarAsPossible) {
+  auto frames = test::read_frames(pcap_path("kernel-rxe-read_bw_4096-head.pcap"));
+  std::vector<test::RawFrame> snapped;
+  for (size_t i : {0u, 46u, 48u}) {  // frame 1 (ARP), 47 (READ_RESPONSE_FIRST), 49 (MIDDLE)
+    test::RawFrame f = frames.at(i);
+    f.orig_len = static_cast<uint32_t>(f.bytes.size());
+    if (f.bytes.size() > 64) f.bytes.resize(i == 48 ? 50 : 64);
+    snapped.push_back(f);
+  }
+  test::TempDir tmp;
+  const std::string path = tmp.path("snapped.pcap");
+  test::write_pcap(path, 1, snapped);
+  const auto r = run_tool({path});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_NE(lines[1].find("RC_RDMA_READ_RESPONSE_FIRST  qp=0x000011 psn=13676472 ACK msn=1 "
+                          "payload=1024  ICRC not captured (truncated, snapped: captured 64 of "
+                          "1086 bytes)"),
+            std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("MALFORMED truncated"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("RoCE 1 (bad ICRC 0), other 1, malformed 1 (truncated 1), snapped 2"),
+            std::string::npos)
+      << lines[3];
+}
+
+TEST(DissectCli, UsageErrorsExitTwoAndHelpExitsZero) {
+  const auto none = run_tool({});
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.err.find("usage: uroce-dissect"), std::string::npos);
+  const auto bad = run_tool({"--frobnicate", pcap_path("kernel-rxe-write_bw_64.pcap")});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("unknown option '--frobnicate'"), std::string::npos);
+  const auto both = run_tool({"--json", "--explain", pcap_path("kernel-rxe-write_bw_64.pcap")});
+  EXPECT_EQ(both.status, 2);
+  const auto two = run_tool({pcap_path("kernel-rxe-write_bw_64.pcap"), "x.pcap"});
+  EXPECT_EQ(two.status, 2);
+  const auto help = run_tool({"--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_EQ(help.out.rfind("usage: uroce-dissect", 0), 0u);
+  EXPECT_EQ(help.err, "");
+}
+
+}  // namespace
+}  // namespace uroce::dissect

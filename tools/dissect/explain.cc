@@ -1,0 +1,593 @@
+// --explain: the capture as a short lesson.
+//
+// Each RoCE packet is shown field by field, one line per field: name, value, meaning. The
+// first time a field (or a value with its own meaning) appears, the meaning is spelled out;
+// later packets get a short reminder, so the lesson reads top to bottom without repeating
+// itself. The tracker's notes follow each packet, and a per-QP summary closes the capture.
+#include <cinttypes>
+#include <ostream>
+#include <set>
+
+#include "dissect/printer.h"
+
+namespace uroce::dissect {
+
+namespace {
+
+using wire::Ext;
+using wire::Operation;
+using wire::Position;
+using wire::Transport;
+
+std::string sv(std::string_view v) { return std::string(v); }
+
+std::string_view transport_words(Transport t) {
+  switch (t) {
+    case Transport::kRc: return "reliable connection (RC)";
+    case Transport::kUc: return "unreliable connection (UC)";
+    case Transport::kUd: return "unreliable datagram (UD)";
+    case Transport::kCnp: return "RoCEv2 congestion control";
+  }
+  return "?";
+}
+
+std::string_view position_words(Position p) {
+  switch (p) {
+    case Position::kOnly: return "the only packet of its message";
+    case Position::kFirst: return "the first packet of a multi-packet message";
+    case Position::kMiddle: return "a middle packet of a message";
+    case Position::kLast: return "the last packet of a message";
+  }
+  return "?";
+}
+
+std::string_view operation_words(Operation o) {
+  switch (o) {
+    case Operation::kSend:
+      return "a SEND: the data lands in the next receive buffer the receiver posted";
+    case Operation::kWrite:
+      return "an RDMA WRITE: the data goes straight to the responder's memory at the RETH "
+             "address; no receive buffer is used";
+    case Operation::kReadRequest:
+      return "an RDMA READ request: asks the responder to send back bytes from its memory";
+    case Operation::kReadResponse:
+      return "an RDMA READ response: data read from the responder's memory, travelling back to "
+             "the requester";
+    case Operation::kAck: return "an acknowledgement: the AETH says ACK, NAK or RNR NAK";
+    case Operation::kAtomicAck: return "the answer to an atomic: the value the target held before";
+    case Operation::kCompareSwap:
+      return "an atomic COMPARE & SWAP on 8 bytes of the responder's memory";
+    case Operation::kFetchAdd: return "an atomic FETCH & ADD on 8 bytes of the responder's memory";
+    case Operation::kFlush:
+      return "a FLUSH: make earlier writes visible or persistent at the responder";
+    case Operation::kAtomicWrite:
+      return "an ATOMIC WRITE: 8 bytes written to the responder's memory as one unit";
+    case Operation::kCnp:
+      return "a congestion notification packet (CNP): slow down, your packets were ECN-marked";
+  }
+  return "?";
+}
+
+std::string ecn_words(uint8_t ecn) {
+  switch (ecn & 3) {
+    case 0: return "not ECN-capable";
+    case 3:
+      return "congestion experienced (CE): a switch marked it; the receiver answers with a CNP";
+    default: return "ECN-capable: a congested switch may mark it instead of dropping it";
+  }
+}
+
+class ExplainPrinter final : public Printer {
+ public:
+  explicit ExplainPrinter(std::ostream& out) : out_(out) {}
+
+  void begin(const CaptureInfo& info) override {
+    mtu_ = info.mtu;
+    out_ << "uroce-dissect --explain " << info.path << "\n\n"
+         << "RoCEv2 in brief\n"
+         << "  RoCEv2 carries the InfiniBand transport over Ethernet, IPv4/IPv6 and UDP "
+            "(destination port 4791), so RDMA traffic is routable like any IP traffic.\n"
+         << "  Each packet starts with a Base Transport Header (BTH): an opcode, the destination "
+            "queue pair (QP) and a 24-bit packet sequence number (PSN).\n"
+         << "  The opcode decides which extension headers follow (RETH: remote memory, AETH: "
+            "ACK/NAK, DETH: datagram, ImmDt, AtomicETH, ...), then the payload and a 4-byte "
+            "invariant CRC (ICRC).\n"
+         << "  On a reliable connection (RC) the responder acknowledges PSNs in order; a NAK or "
+            "a timeout makes the requester resend from the missing PSN (go-back-N).\n\n"
+         << "Path MTU: " << describe(info.mtu) << "\n"
+         << "Non-RoCE frames get one line. For RoCE packets every field is shown with its "
+            "meaning, in full the first time, briefly after that.\n\n";
+  }
+
+  void packet(const Frame& f, const std::vector<Note>& notes) override {
+    const std::string head =
+        strf("#%" PRIu64 "  %s s  ", f.index, seconds_string(f.rel_ns).c_str());
+    if (f.kind == FrameKind::kOther) {
+      out_ << head << f.brief << "  (not RoCE: skipped)\n";
+      if (!tcp_hint_given_ && f.brief.starts_with("TCP ") &&
+          f.brief.find(":18515 ") != std::string::npos) {
+        tcp_hint_given_ = true;
+        out_ << "    perftest and the ibv_*_pingpong examples use this TCP connection (port "
+                "18515) to swap QPN, PSN, GID and R_Key before the RoCE traffic starts\n";
+      }
+      return;
+    }
+    out_ << '\n' << head << format_summary(f, false) << strf("  (%u bytes)\n", f.orig_len);
+    if (f.kind == FrameKind::kMalformed) {
+      out_ << "    a receiver drops this frame; the headers that could be decoded:\n";
+    }
+    explain_headers(f);
+    if (!notes.empty()) {
+      out_ << "  tracking:\n";
+      for (const Note& n : notes) out_ << "    - " << n.text << '\n';
+    }
+  }
+
+  void end(const CaptureEnd& e) override {
+    out_ << "\nPer-QP summary (path MTU " << describe(e.tracker.mtu()) << ")\n";
+    if (e.tracker.streams().empty()) out_ << "  no RoCE request streams in this capture\n";
+    for (const RequestStream& s : e.tracker.streams()) stream_summary(s);
+    if (e.tracker.unmatched() != 0)
+      out_ << strf("  %" PRIu64 " response%s matched no request in the capture\n",
+                   e.tracker.unmatched(), e.tracker.unmatched() == 1 ? "" : "s");
+    out_ << '\n' << summary_line(e.counts);
+    if (!e.complete) out_ << " (capture incomplete: " << e.problem << ")";
+    out_ << '\n';
+  }
+
+ private:
+  /// One field line. `key` identifies the meaning: the long text is shown the first time a
+  /// key appears, the short one afterwards (or the long one again when there is no short).
+  void line(std::string_view name, const std::string& value, const std::string& key,
+            const std::string& long_text, const std::string& short_text = {}) {
+    const bool first = seen_.insert(key).second;
+    const std::string& text = (first || short_text.empty()) ? long_text : short_text;
+    out_ << strf("    %-19.*s %-18s — ", static_cast<int>(name.size()), name.data(), value.c_str())
+         << text << '\n';
+  }
+
+  void explain_headers(const Frame& f) {
+    const wire::ParsedPacket& p = f.pkt;
+    if (p.reached >= wire::Layer::kEthernet) ethernet(f);
+    if (p.reached >= wire::Layer::kIp) {
+      if (p.hdr.ipv6) {
+        ipv6(f);
+      } else {
+        ipv4(f);
+      }
+    }
+    if (p.reached >= wire::Layer::kUdp) udp(f);
+    if (p.reached >= wire::Layer::kBth) bth(f);
+    if (p.reached >= wire::Layer::kBth && f.info() != nullptr) {
+      extensions(f);
+      if (f.kind == FrameKind::kRoce) payload_and_icrc(f);
+    }
+  }
+
+  void ethernet(const Frame& f) {
+    const wire::EthernetRepr& e = f.pkt.hdr.eth;
+    line("Eth.Dst", wire::to_string(e.dst), "eth.dst",
+         "destination MAC address: the next hop on this link", "destination MAC");
+    line("Eth.Src", wire::to_string(e.src), "eth.src", "source MAC address", "source MAC");
+    if (e.has_vlan) {
+      line("Eth.VLAN", strf("PCP %u DEI %u VID %u", e.pcp, e.dei ? 1 : 0, e.vid), "eth.vlan",
+           "802.1Q tag: PCP is the priority (RoCE usually gets a lossless, PFC-protected one), "
+           "VID the VLAN",
+           "802.1Q priority and VLAN");
+    }
+    std::string what = "IPv4 follows";
+    if (e.ethertype == wire::kEtherTypeIpv6) what = "IPv6 follows";
+    line("Eth.Type", strf("0x%04x", e.ethertype), strf("eth.type.%u", e.ethertype),
+         what + " (RoCEv2 rides on IP/UDP; RoCEv1 used EtherType 0x8915 and could not be routed)",
+         what);
+  }
+
+  void ipv4(const Frame& f) {
+    const wire::Ipv4Repr& ip = f.pkt.hdr.ip4;
+    line("IPv4.Version/IHL", strf("4 / %zu", ip.header_len() / 4), "ip4.ihl",
+         strf("IP version 4, header length %zu × 4 = %zu bytes%s", ip.header_len() / 4,
+              ip.header_len(), ip.options_len == 0 ? " (no options)" : ""),
+         strf("%zu-byte header", ip.header_len()));
+    line("IPv4.DSCP", std::to_string(ip.dscp), "ip4.dscp",
+         "differentiated services: the traffic class switches queue it in (RoCE often has its "
+         "own lossless class)",
+         "traffic class");
+    line("IPv4.ECN", std::to_string(ip.ecn), strf("ip4.ecn.%u", ip.ecn & 3),
+         "explicit congestion notification: " + ecn_words(ip.ecn), ecn_words(ip.ecn));
+    line("IPv4.TotalLength", std::to_string(ip.total_len), "ip4.len",
+         "bytes in the IP packet: IP header + UDP + RoCE headers + payload + pad + ICRC",
+         "IP packet length");
+    line("IPv4.ID", strf("0x%04x", ip.ident), "ip4.id",
+         "identification: only used to reassemble fragments, and RoCEv2 never fragments",
+         "identification (unused)");
+    line("IPv4.Flags", ip.dont_frag ? "DF" : "none", strf("ip4.df.%d", ip.dont_frag ? 1 : 0),
+         ip.dont_frag ? "don't fragment: RoCEv2 packets are never fragmented; the path MTU keeps "
+                        "them small enough"
+                      : "DF clear: unusual, RoCEv2 senders set don't-fragment",
+         ip.dont_frag ? "don't fragment" : "");
+    line("IPv4.TTL", std::to_string(ip.ttl), "ip4.ttl",
+         "time to live: every router decrements it, which is why the ICRC leaves it out",
+         "time to live");
+    line("IPv4.Protocol", std::to_string(ip.protocol), strf("ip4.proto.%u", ip.protocol),
+         ip.protocol == wire::kIpProtoUdp ? "UDP follows" : "not UDP", "");
+    line("IPv4.Checksum", strf("0x%04x", ip.checksum), "ip4.csum",
+         f.snapped() ? "header checksum (not checked: the frame was snapped)"
+                     : "header checksum, verified; routers rewrite it, so the ICRC leaves it out",
+         f.snapped() ? "" : "header checksum, verified");
+    line("IPv4.Src", wire::to_string(ip.src), "ip4.src",
+         "source address; as a RoCE GID: ::ffff:" + wire::to_string(ip.src), "source");
+    line("IPv4.Dst", wire::to_string(ip.dst), "ip4.dst",
+         "destination address (GID ::ffff:" + wire::to_string(ip.dst) + ")", "destination");
+    if (ip.options_len != 0) {
+      line("IPv4.Options", strf("%u bytes", ip.options_len), "ip4.opt",
+           "IP options: unusual for RoCEv2; covered by the ICRC", "IP options");
+    }
+  }
+
+  void ipv6(const Frame& f) {
+    const wire::Ipv6Repr& ip = f.pkt.hdr.ip6;
+    line("IPv6.TrafficClass", strf("0x%02x", ip.traffic_class), "ip6.tc",
+         strf("DSCP %u, ECN %u (%s); left out of the ICRC", ip.traffic_class >> 2,
+              ip.traffic_class & 3, ecn_words(ip.traffic_class).c_str()),
+         strf("DSCP %u, ECN %u", ip.traffic_class >> 2, ip.traffic_class & 3));
+    line("IPv6.FlowLabel", strf("0x%05x", ip.flow_label), "ip6.flow",
+         "flow label: may carry flow entropy like the UDP source port; left out of the ICRC",
+         "flow label");
+    line("IPv6.PayloadLength", std::to_string(ip.payload_len), "ip6.len",
+         "bytes after the 40-byte IPv6 header: UDP + RoCE headers + payload + pad + ICRC",
+         "payload length");
+    line("IPv6.NextHeader", std::to_string(ip.next_header), strf("ip6.nh.%u", ip.next_header),
+         ip.next_header == wire::kIpProtoUdp ? "UDP follows" : "not UDP", "");
+    line("IPv6.HopLimit", std::to_string(ip.hop_limit), "ip6.hop",
+         "IPv6's TTL: routers decrement it, so the ICRC leaves it out", "hop limit");
+    line("IPv6.Src", addr_string(ip.src), "ip6.src", "source address = the sender's GID",
+         "source GID");
+    line("IPv6.Dst", addr_string(ip.dst), "ip6.dst", "destination address = the receiver's GID",
+         "destination GID");
+  }
+
+  void udp(const Frame& f) {
+    const wire::UdpRepr& u = f.pkt.hdr.udp;
+    line("UDP.SrcPort", std::to_string(u.src_port), "udp.sport",
+         "flow entropy: one value per QP, so ECMP switches keep a QP's packets on one path and "
+         "in order",
+         "flow entropy (one per QP)");
+    line("UDP.DstPort", std::to_string(u.dst_port), "udp.dport",
+         "4791 is the IANA port for RoCEv2: this is what marks the packet as RoCE", "RoCEv2");
+    line("UDP.Length", std::to_string(u.length), "udp.len",
+         "UDP header (8) + BTH and extension headers + payload + pad + ICRC (4)", "UDP length");
+    line("UDP.Checksum", strf("0x%04x", u.checksum), strf("udp.csum.%d", u.checksum == 0 ? 0 : 1),
+         u.checksum == 0 ? "0 = not used; the ICRC protects the packet end to end instead"
+                         : "a UDP checksum (optional for RoCEv2; the ICRC is what counts)",
+         u.checksum == 0 ? "unused (0)" : "");
+  }
+
+  void bth(const Frame& f) {
+    const wire::BthRepr& b = f.pkt.hdr.bth;
+    const wire::OpcodeInfo* info = f.info();
+    if (info != nullptr) {
+      // ACKs, atomic ACKs and CNPs are single packets by nature: no message position to tell.
+      const bool positioned = info->op != Operation::kAck && info->op != Operation::kAtomicAck &&
+                              info->op != Operation::kCnp;
+      const std::string name = sv(info->name);
+      std::string full =
+          strf("%s: %s, %s", name.c_str(), sv(transport_words(info->transport)).c_str(),
+               sv(operation_words(info->op)).c_str());
+      std::string brief = name;
+      if (positioned) {
+        full += "; " + sv(position_words(info->pos));
+        brief += " (" + sv(position_words(info->pos)) + ")";
+      }
+      line("BTH.OpCode", strf("0x%02x", b.opcode), strf("bth.op.%u", b.opcode), full, brief);
+    } else {
+      line("BTH.OpCode", strf("0x%02x", b.opcode), "bth.op.bad",
+           "not a valid RC, UC, UD or CNP opcode", "");
+    }
+    const bool response = info != nullptr && info->is_response();
+    const bool connected = info != nullptr && info->transport == Transport::kRc;
+    line("BTH.SE", b.se ? "1" : "0", strf("bth.se.%d", b.se ? 1 : 0),
+         b.se ? "solicited event: the receiver should wake a thread waiting for completions"
+              : "solicited event: not requested",
+         b.se ? "solicited event requested" : "no solicited event");
+    line("BTH.M", b.mig ? "1" : "0", "bth.m",
+         "migration state for automatic path migration; not used by RoCE", "migration state");
+    line("BTH.PadCnt", std::to_string(b.pad_count), strf("bth.pad.%d", b.pad_count != 0 ? 1 : 0),
+         b.pad_count == 0
+             ? std::string("no pad: the payload is a multiple of 4 bytes")
+             : strf("%u pad byte%s follow%s the payload so it ends on a 4-byte boundary",
+                    b.pad_count, b.pad_count == 1 ? "" : "s", b.pad_count == 1 ? "s" : ""),
+         b.pad_count == 0 ? std::string("no pad") : strf("%u pad bytes", b.pad_count));
+    line("BTH.TVer", std::to_string(b.tver), "bth.tver", "transport header version, always 0",
+         "version");
+    line("BTH.P_Key", strf("0x%04x", b.pkey), "bth.pkey",
+         b.pkey == 0xFFFF ? "partition key: both QPs must be in this partition; 0xffff is the "
+                            "default partition, full member"
+                          : "partition key: both QPs must be in this partition",
+         "partition key");
+    line("BTH.FECN/BECN", strf("%d / %d", b.fecn ? 1 : 0, b.becn ? 1 : 0), "bth.ecn",
+         "InfiniBand congestion bits; RoCEv2 uses IP ECN and CNPs instead, and the ICRC leaves "
+         "this byte out",
+         "IB congestion bits");
+    std::string qp_key = "bth.qp.req",
+                qp_text = "destination queue pair: the QP at the receiver this packet is for";
+    if (response) {
+      qp_key = "bth.qp.resp";
+      qp_text = "destination QP: the requester's QP this response returns to";
+    } else if (info != nullptr && info->op == Operation::kCnp) {
+      qp_key = "bth.qp.cnp";
+      qp_text = "the QP whose packets were ECN-marked";
+    } else if (b.dest_qp == 1) {
+      qp_key = "bth.qp.1";
+      qp_text = "QP1, the general services QP: RDMA CM connection setup messages (MADs)";
+    }
+    line("BTH.DestQP", strf("0x%06x", b.dest_qp), qp_key, qp_text, "destination QP");
+    if (!connected) {
+      line("BTH.AckReq", b.ack_req ? "1" : "0", "bth.ackreq.na",
+           "acknowledge request: meaningless here, only RC acknowledges", "");
+    } else if (response) {
+      line("BTH.AckReq", b.ack_req ? "1" : "0", "bth.ackreq.resp",
+           "acknowledge request: not used on responses", "unused on responses");
+    } else {
+      line("BTH.AckReq", b.ack_req ? "1" : "0", strf("bth.ackreq.%d", b.ack_req ? 1 : 0),
+           b.ack_req ? "the requester asks the responder to acknowledge this packet"
+                     : "no ACK asked for this packet; a later ACK will cover it",
+           b.ack_req ? "ACK requested" : "no ACK requested");
+    }
+    std::string psn_key = "bth.psn.req";
+    std::string psn_text =
+        "packet sequence number: +1 per request packet, 24 bits, wraps after 16777215";
+    if (info != nullptr && info->op == Operation::kReadResponse) {
+      psn_key = "bth.psn.read";
+      psn_text = "READ responses use the PSNs their READ request reserved, one per packet";
+    } else if (response) {
+      psn_key = "bth.psn.ack";
+      psn_text = "the PSN of the request packet this answers";
+    } else if (info != nullptr && info->op == Operation::kCnp) {
+      psn_key = "bth.psn.cnp";
+      psn_text = "not used by CNPs";
+    }
+    line("BTH.PSN", std::to_string(b.psn), psn_key, psn_text, "sequence number");
+  }
+
+  void extensions(const Frame& f) {
+    const wire::ExtHeaders& x = f.pkt.hdr.ext;
+    const wire::OpcodeInfo& info = *f.info();
+    if (f.has_ext(Ext::kFeth)) {
+      line("FETH.Selectivity", std::to_string(x.feth.selectivity()), "feth.sel",
+           x.feth.selectivity() == 0 ? "flush the address range in the RETH"
+                                     : "flush the whole memory region",
+           "");
+      line("FETH.Placement", std::to_string(x.feth.placement()), "feth.plt",
+           "placement type: bit 0 global visibility, bit 1 persistence", "placement type");
+    }
+    if (f.has_ext(Ext::kDeth)) {
+      line("DETH.Q_Key", strf("0x%08x", x.deth.qkey), "deth.qkey",
+           "queue key: the receiving UD QP accepts only datagrams with its Q_Key", "queue key");
+      line("DETH.SrcQP", strf("0x%06x", x.deth.src_qp), "deth.srcqp",
+           "the sending QP: UD has no connection, so every datagram names its source", "source QP");
+    }
+    if (f.has_ext(Ext::kReth)) {
+      const wire::RethRepr& r = x.reth;
+      const bool read = info.op == Operation::kReadRequest;
+      line("RETH.VA", strf("0x%016" PRIx64, r.va), read ? "reth.va.r" : "reth.va.w",
+           read ? "virtual address in the responder's memory to read from"
+                : "virtual address in the responder's memory where the data goes",
+           "remote virtual address");
+      line("RETH.R_Key", strf("0x%08x", r.rkey), "reth.rkey",
+           "remote key: proves the requester may access that memory region", "remote key");
+      const uint32_t mtu = mtu_.bytes != 0 ? mtu_.bytes : 1024;
+      const uint32_t pkts = r.dma_len == 0 ? 1 : (r.dma_len + mtu - 1) / mtu;
+      line("RETH.DMALen", std::to_string(r.dma_len), read ? "reth.len.r" : "reth.len.w",
+           read ? strf("bytes to read: the response takes ceil(%u / %u) = %u packet%s", r.dma_len,
+                       mtu, pkts, pkts == 1 ? "" : "s")
+                : strf("length of the whole message: %u packet%s at MTU %u", pkts,
+                       pkts == 1 ? "" : "s", mtu),
+           read ? strf("bytes to read (%u packet%s)", pkts, pkts == 1 ? "" : "s")
+                : strf("message length (%u packet%s)", pkts, pkts == 1 ? "" : "s"));
+    }
+    if (f.has_ext(Ext::kAtomicEth)) {
+      const wire::AtomicEthRepr& a = x.atomic;
+      const bool add = info.op == Operation::kFetchAdd;
+      line("AtomicETH.VA", strf("0x%016" PRIx64, a.va), "atomic.va",
+           "address of the 8-byte target in the responder's memory (8-byte aligned)",
+           "target address");
+      line("AtomicETH.R_Key", strf("0x%08x", a.rkey), "atomic.rkey",
+           "remote key for the target's memory region", "remote key");
+      line("AtomicETH.SwapAdd", std::to_string(a.swap_add), add ? "atomic.add" : "atomic.swap",
+           add ? "the value to add" : "the value written if the comparison succeeds",
+           add ? "add" : "swap value");
+      line("AtomicETH.Compare", std::to_string(a.compare), add ? "atomic.cmp.add" : "atomic.cmp",
+           add ? "unused by FETCH & ADD" : "the target must hold this value for the swap to happen",
+           add ? "unused" : "compare value");
+    }
+    if (f.has_ext(Ext::kAeth)) aeth(f);
+    if (f.has_ext(Ext::kAtomicAckEth)) {
+      line("AtomicAckETH.Orig", std::to_string(x.atomic_ack.orig), "atomicack.orig",
+           "the target's value before the atomic ran, returned to the requester", "original value");
+    }
+    if (f.has_ext(Ext::kImmDt)) {
+      line("ImmDt", strf("0x%08x", x.imm.imm), "immdt",
+           "immediate data: 4 bytes handed to the receiver in its completion, not written to "
+           "memory",
+           "immediate data");
+    }
+    if (f.has_ext(Ext::kIeth)) {
+      line("IETH.R_Key", strf("0x%08x", x.ieth.rkey), "ieth",
+           "the receiver invalidates this R_Key (send with invalidate)", "R_Key to invalidate");
+    }
+    if (f.has_ext(Ext::kCnpReserved)) {
+      line("CNP.Reserved", "16 bytes", "cnp.resv", "reserved, zero", "");
+    }
+  }
+
+  void aeth(const Frame& f) {
+    const wire::AethRepr& a = f.pkt.hdr.ext.aeth;
+    const uint32_t psn = f.pkt.hdr.bth.psn;
+    std::string text;
+    switch (a.kind()) {
+      case wire::AckKind::kAck: {
+        const int credits = credits_from_code(a.credit_code());
+        text = credits < 0
+                   ? strf(
+                         "ACK, credit code 31 (no credit count): PSN %u and everything before it "
+                         "arrived",
+                         psn)
+                   : strf(
+                         "ACK, credit code %u = %d receive buffers free: PSN %u and everything "
+                         "before it arrived",
+                         a.credit_code(), credits, psn);
+        break;
+      }
+      case wire::AckKind::kNak:
+        if (a.value() == 0) {
+          text = strf(
+              "NAK, code 0 (PSN sequence error): the responder expected PSN %u and got a "
+              "later one",
+              psn);
+        } else if (a.value() <= 4) {
+          text = strf("NAK, code %u (%s): a fatal error for this QP", a.value(),
+                      sv(wire::to_string(a.nak_code())).c_str());
+        } else {
+          text = strf("NAK, code %u: reserved", a.value());
+        }
+        break;
+      case wire::AckKind::kRnrNak:
+        text = strf(
+            "RNR NAK, timer code %u (%s): receiver not ready (no receive buffer); resend "
+            "PSN %u after at least that long",
+            a.rnr_timer_code(),
+            ms_string(static_cast<int64_t>(wire::rnr_timer_ns(a.rnr_timer_code()))).c_str(), psn);
+        break;
+      case wire::AckKind::kReserved: text = "reserved syndrome (bits 6..5 = 10)"; break;
+    }
+    // Syndrome lines differ per packet: always in full.
+    out_ << strf("    %-19s %-18s — ", "AETH.Syndrome", strf("0x%02x", a.syndrome).c_str()) << text
+         << '\n';
+    line("AETH.MSN", std::to_string(a.msn), "aeth.msn",
+         "message sequence number: how many request messages the responder has completed",
+         "messages completed");
+  }
+
+  void payload_and_icrc(const Frame& f) {
+    const wire::OpcodeInfo& info = *f.info();
+    if (info.has_payload) {
+      std::string what = "the message data";
+      switch (info.op) {
+        case Operation::kSend:
+          what = info.transport == Transport::kUd
+                     ? "the datagram; the receiver puts it in a posted "
+                       "buffer after 40 bytes kept for the GRH"
+                     : "message data, into the posted receive buffer";
+          break;
+        case Operation::kWrite: what = "data written to the responder's memory"; break;
+        case Operation::kReadResponse: what = "data read from the responder's memory"; break;
+        case Operation::kAtomicWrite: what = "the 8 bytes to write"; break;
+        default: break;
+      }
+      std::string value = strf("%zu bytes", f.payload_len);
+      if (f.snapped()) value += strf(" (%zu captured)", f.pkt.payload.size());
+      line("Payload", value,
+           strf("payload.%u.%u", static_cast<unsigned>(info.op),
+                static_cast<unsigned>(info.transport)),
+           what, "");
+    }
+    if (f.pkt.hdr.bth.pad_count != 0) {
+      line("Pad", strf("%u bytes", f.pkt.hdr.bth.pad_count), "pad",
+           "padding to the 4-byte boundary, covered by the ICRC", "padding");
+    }
+    if (f.error == wire::ParseError::kOk) {
+      line("ICRC", strf("0x%08x ok", f.pkt.icrc_wire), "icrc.ok",
+           "invariant CRC-32 over the packet from the IP header on, with the fields routers "
+           "may change (IP TOS/TTL/checksum, UDP checksum, BTH byte 4) and a stand-in for the "
+           "IB routing header set to all ones; it matches",
+           "invariant CRC, matches");
+    } else if (f.error == wire::ParseError::kBadIcrc) {
+      out_ << strf("    %-19s %-18s — ", "ICRC", strf("0x%08x BAD", f.pkt.icrc_wire).c_str())
+           << strf(
+                  "the CRC computed over the packet is 0x%08x: it was damaged on the way; the "
+                  "receiver drops it without a word",
+                  f.pkt.icrc_calc)
+           << '\n';
+    } else {
+      line("ICRC", "not captured", "icrc.snap", "the capture cut the frame short of the ICRC", "");
+    }
+  }
+
+  void stream_summary(const RequestStream& s) {
+    out_ << "  " << QpTracker::stream_name(s.key) << " (" << wire::to_string(s.transport) << ")";
+    if (s.paired) {
+      out_ << strf(", responses to QP 0x%06x at %s", s.requester_qpn,
+                   addr_string(s.key.src).c_str());
+    }
+    out_ << '\n';
+    auto row = [&](const char* name, const std::string& value) {
+      out_ << strf("    %-11s ", name) << value << '\n';
+    };
+    row("requests", strf("%" PRIu64 " packets, %" PRIu64 " payload bytes (%" PRIu64
+                         " on the wire), PSN %u..%u, first in #%" PRIu64,
+                         s.req_packets, s.req_payload_bytes, s.req_wire_bytes, s.first_psn.value(),
+                         s.last_psn().value(), s.first_frame));
+    row("sequence",
+        strf("%" PRIu64 " new, %" PRIu64 " retransmitted; %" PRIu64
+             " message%s ended (LAST/ONLY, resends not counted)%s",
+             s.new_packets, s.retransmitted, s.messages, s.messages == 1 ? "" : "s",
+             s.op_seq_errors != 0 ? strf(", %" PRIu64 " out of order", s.op_seq_errors).c_str()
+                                  : ""));
+    row("gaps", s.gaps == 0 ? std::string("none")
+                            : strf("%" PRIu64 " (%" PRIu64 " packet%s missing before the capture "
+                                   "point)",
+                                   s.gaps, s.missing, s.missing == 1 ? "" : "s"));
+    if (s.transport == Transport::kRc) {
+      std::string naks;
+      for (size_t code = 0; code < s.naks.size(); ++code) {
+        if (s.naks[code] == 0) continue;
+        naks += strf("%s%" PRIu64 " %s", naks.empty() ? "" : ", ", s.naks[code],
+                     code <= 4 ? sv(wire::to_string(static_cast<wire::NakCode>(code))).c_str()
+                               : "reserved code");
+      }
+      std::string r = strf("%" PRIu64 " packets: %" PRIu64 " ACK", s.resp_packets, s.acks);
+      if (s.duplicate_acks != 0) r += strf(" (%" PRIu64 " duplicate)", s.duplicate_acks);
+      r += strf(", %" PRIu64 " NAK", s.nak_total());
+      if (!naks.empty()) r += " (" + naks + ")";
+      r += strf(", %" PRIu64 " RNR NAK", s.rnr_naks);
+      if (s.read_responses != 0) r += strf(", %" PRIu64 " READ response", s.read_responses);
+      if (s.atomic_acks != 0) r += strf(", %" PRIu64 " ATOMIC ACK", s.atomic_acks);
+      row("responses", r);
+    }
+    if (s.reads_requested != 0) {
+      row("READs", strf("%" PRIu64 " requests, %" PRIu64 " answered, %" PRIu64 " complete",
+                        s.reads_requested, s.read_matched, s.reads_completed));
+    }
+    if (s.atomics_requested != 0) {
+      row("atomics", strf("%" PRIu64 " requests, %" PRIu64 " answered", s.atomics_requested,
+                          s.atomic_matched));
+    }
+    if (!s.rnr.empty()) {
+      constexpr size_t kShow = 10;
+      for (size_t i = 0; i < s.rnr.size() && i < kShow; ++i) {
+        const RnrEvent& r = s.rnr[i];
+        const auto timer = static_cast<int64_t>(wire::rnr_timer_ns(r.timer_code));
+        std::string t = strf("#%" PRIu64 " PSN %u, timer %s: ", r.nak_frame, r.psn.value(),
+                             ms_string(timer).c_str());
+        t += r.resent ? strf("resent after %s (#%" PRIu64 ")", ms_string(r.wait_ns).c_str(),
+                             r.resend_frame)
+                      : std::string("no resend seen before the capture ends");
+        row(i == 0 ? "RNR waits" : "", t);
+      }
+      if (s.rnr.size() > kShow) row("", strf("... and %zu more", s.rnr.size() - kShow));
+    }
+  }
+
+  std::ostream& out_;
+  PathMtu mtu_;
+  std::set<std::string> seen_;
+  bool tcp_hint_given_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Printer> make_explain_printer(std::ostream& out) {
+  return std::make_unique<ExplainPrinter>(out);
+}
+
+}  // namespace uroce::dissect

@@ -1,0 +1,127 @@
+#include "dissect/run.h"
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <ostream>
+
+#include "dissect/printer.h"
+#include "pcap/pcap_file.h"
+
+namespace uroce::dissect {
+
+namespace {
+
+constexpr int kLinktypeEthernet = 1;
+
+std::string linktype_name(int lt) {
+  switch (lt) {
+    case 0: return "NULL/loopback";
+    case 12:  // DLT_RAW (LINKTYPE_RAW 101 in the file)
+    case 14:  // DLT_RAW on OpenBSD
+    case 101: return "raw IP";
+    case 228: return "raw IPv4";
+    case 229: return "raw IPv6";
+    case 105: return "IEEE 802.11";
+    case 113: return "Linux cooked (SLL)";
+    case 127: return "802.11 radiotap";
+    case 276: return "Linux cooked v2 (SLL2)";
+    default: return "link type " + std::to_string(lt);
+  }
+}
+
+/// Why libpcap could not open a file, in words.
+std::string open_problem(const std::string& pcap_error) {
+  if (pcap_error.find("unknown file format") != std::string::npos ||
+      pcap_error.find("bad dump file format") != std::string::npos) {
+    return "not a pcap or pcapng capture (libpcap: " + pcap_error + ")";
+  }
+  if (pcap_error.find("truncated") != std::string::npos) {
+    return "not a usable capture: its file header is incomplete (libpcap: " + pcap_error + ")";
+  }
+  return "cannot read the capture (libpcap: " + pcap_error + ")";
+}
+
+/// Why reading stopped after `read` packets.
+std::string read_problem(uint64_t read, const std::string& pcap_error) {
+  const bool truncated = pcap_error.find("truncated") != std::string::npos;
+  const char* what = truncated ? "truncated" : "corrupt";
+  if (read == 0)
+    return strf("capture is %s in its first packet (libpcap: %s)", what, pcap_error.c_str());
+  return strf("capture is %s after packet %" PRIu64 " (libpcap: %s)", what, read,
+              pcap_error.c_str());
+}
+
+std::unique_ptr<Printer> make_printer(Mode mode, std::ostream& out) {
+  switch (mode) {
+    case Mode::kExplain: return make_explain_printer(out);
+    case Mode::kJson: return make_json_printer(out);
+    case Mode::kLine: break;
+  }
+  return make_line_printer(out);
+}
+
+}  // namespace
+
+int dissect_file(const std::string& path, Mode mode, std::ostream& out, std::ostream& err) {
+  auto fail = [&](const std::string& problem) {
+    out.flush();
+    err << "uroce-dissect: " << path << ": " << problem << '\n';
+    return 1;
+  };
+
+  // libpcap's own message for a missing file is fine, but a plain errno reads better.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return fail("cannot open: it is a directory");
+  if (std::FILE* fp = std::fopen(path.c_str(), "rb"); fp == nullptr) {
+    return fail(std::string("cannot open: ") + std::strerror(errno));
+  } else {
+    std::fclose(fp);
+  }
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) return fail("empty file, not a capture");
+
+  // Pass 1: the path MTU, which READ tracking needs before the first READ response shows it.
+  MtuScanner scanner;
+  {
+    drivers::PcapReader scan(path);
+    if (!scan.ok()) return fail(open_problem(scan.error()));
+    if (scan.linktype() != kLinktypeEthernet) {
+      return fail(strf("%s capture, not Ethernet: only Ethernet captures can be dissected",
+                       linktype_name(scan.linktype()).c_str()));
+    }
+    drivers::PcapRecord rec;
+    uint64_t n = 0;
+    while (scan.next(rec)) scanner.observe(decode_frame(++n, 0, rec.data, rec.orig_len));
+    // A read error shows up again, at the same record, in pass 2.
+  }
+
+  // Pass 2: decode, track and print.
+  drivers::PcapReader reader(path);
+  if (!reader.ok()) return fail(open_problem(reader.error()));
+  const PathMtu mtu = scanner.result();
+  std::unique_ptr<Printer> printer = make_printer(mode, out);
+  printer->begin({path, mtu});
+  QpTracker tracker(mtu);
+  Counts counts;
+  drivers::PcapRecord rec;
+  uint64_t index = 0;
+  uint64_t t0 = 0;
+  while (reader.next(rec)) {
+    if (++index == 1) t0 = rec.ts_ns;
+    const auto rel = static_cast<int64_t>(rec.ts_ns - t0);  // wraps to negative if time goes back
+    const Frame f = decode_frame(index, rel, rec.data, rec.orig_len);
+    counts.add(f);
+    const std::vector<Note> notes = tracker.observe(f);
+    printer->packet(f, notes);
+  }
+  const bool complete = reader.error().empty();
+  const std::string problem = complete ? std::string() : read_problem(index, reader.error());
+  printer->end({counts, tracker, complete, problem});
+  if (!complete) return fail(problem);
+  out.flush();
+  return 0;
+}
+
+}  // namespace uroce::dissect
