@@ -8,6 +8,7 @@ packages=(
   clang libclang-rt-14-dev                   # libFuzzer + sanitizer runtimes for the fuzz target
   libpcap-dev libisal-dev libgtest-dev       # pcap files, fast CRC, unit tests
   tshark                                     # cross-check of our packets with Wireshark's decoder
+  libdpdk-dev libibverbs-dev iproute2        # DPDK port (static), verbs headers, network namespaces
   gnuplot-nox                                # plots of the benchmark scripts
 )
 

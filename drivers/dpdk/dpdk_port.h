@@ -1,0 +1,61 @@
+// A uroce::Port on a DPDK ethdev. By default the net_af_packet PMD bound to a named Linux
+// interface (plain NICs and veth pairs, no hugepages); any other PMD through DPDK devargs
+// (net_af_xdp, net_tap, a real NIC).
+//
+// Frames live in mbufs: the Frame header sits in each mbuf's private area, so handing frames
+// between the port and the engine costs no allocation. One EAL per process (started by the
+// first DpdkPort, with --no-huge and a unique --file-prefix); several ports may share it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uroce/port.h"
+
+struct rte_mempool;
+
+namespace uroce::drivers {
+
+struct DpdkConfig {
+  std::string iface;    // Linux interface for net_af_packet (e.g. "veth0")
+  std::string devargs;  // instead of iface: full DPDK devargs, e.g. "net_tap0,iface=t0"
+  uint32_t mbufs = 8191;
+  uint16_t rx_desc = 1024;
+  uint16_t tx_desc = 1024;
+  uint32_t max_frame = 9018;  // largest frame we will send or accept (jumbo + VLAN)
+  std::vector<std::string> eal_args;  // extra EAL arguments
+};
+
+class DpdkPort final : public Port {
+ public:
+  /// Starts the EAL if needed and the device. nullptr and *error (one line naming the problem
+  /// and the fix) on failure.
+  static std::unique_ptr<DpdkPort> open(const DpdkConfig& cfg, std::string* error);
+  ~DpdkPort() override;
+
+  uint16_t rx_burst(uint64_t now_ns, std::span<Frame*> out) override;
+  uint16_t tx_burst(uint64_t now_ns, std::span<Frame* const> frames) override;
+  Frame* alloc_frame() override;
+  void free_frame(Frame* f) override;
+  uint32_t max_frame_len() const override { return max_frame_; }
+  std::array<uint8_t, 6> mac() const override { return mac_; }
+
+  uint16_t port_id() const { return port_id_; }
+  /// Device statistics (packets, drops) for `uroce stats`.
+  struct Stats {
+    uint64_t rx_packets, tx_packets, rx_missed, rx_errors, tx_errors, rx_nombuf;
+  };
+  Stats stats() const;
+
+ private:
+  DpdkPort() = default;
+  uint16_t port_id_ = 0;
+  rte_mempool* pool_ = nullptr;
+  uint32_t max_frame_ = 0;
+  std::array<uint8_t, 6> mac_{};
+};
+
+}  // namespace uroce::drivers
