@@ -44,7 +44,8 @@ class TimerWheel {
     }
     t.expires_ns = expires_ns;
     uint64_t tick = expires_ns / tick_ns_;
-    if (tick <= now_tick_) tick = now_tick_ + 1;  // already due: next advance
+    // Already due (or due within the current tick): advance() always scans slot now_tick_.
+    if (tick < now_tick_) tick = now_tick_;
     link(t, static_cast<uint32_t>(tick % (heads_.size() - 1)));
   }
 
@@ -57,9 +58,10 @@ class TimerWheel {
 
   size_t armed_count() const { return armed_; }
 
-  /// Fires, by calling fire(Timer&), every armed timer with expires_ns <= now_ns. A timer is
-  /// disarmed before its callback runs, so the callback may re-arm it (for a later time) and
-  /// may cancel or re-arm any other timer.
+  /// Fires, by calling fire(Timer&), every armed timer with expires_ns <= now_ns, in expiry
+  /// order. A timer is disarmed before its callback runs, so the callback may re-arm it and
+  /// may cancel or re-arm any other timer; a timer (re-)armed by a callback fires at the next
+  /// advance() at the earliest.
   template <typename Fire>
   size_t advance(uint64_t now_ns, Fire&& fire) {
     const uint64_t target = std::max(now_ns / tick_ns_, now_tick_);
@@ -73,7 +75,7 @@ class TimerWheel {
         Timer* next = t->next;
         if (t->expires_ns <= now_ns) {
           unlink(*t);
-          link(*t, pending_slot());
+          link_pending(*t);
         }
         t = next;
       }
@@ -102,6 +104,26 @@ class TimerWheel {
 
  private:
   uint32_t pending_slot() const { return static_cast<uint32_t>(heads_.size() - 1); }
+  /// Inserts into the pending list keeping it sorted by expiry (ties: in insertion order).
+  /// Slots are scanned in tick order, so the walk back from the tail is short except after a
+  /// jump of a whole lap or more.
+  void link_pending(Timer& t) {
+    Timer* after = pending_tail_;
+    while (after != nullptr && after->expires_ns > t.expires_ns) after = after->prev;
+    t.slot = pending_slot();
+    t.prev = after;
+    t.next = after != nullptr ? after->next : heads_[pending_slot()];
+    if (t.next != nullptr) {
+      t.next->prev = &t;
+    } else {
+      pending_tail_ = &t;
+    }
+    if (after != nullptr) {
+      after->next = &t;
+    } else {
+      heads_[pending_slot()] = &t;
+    }
+  }
   void link(Timer& t, uint32_t slot) {
     t.slot = slot;
     Timer*& head = heads_[slot];
@@ -116,13 +138,18 @@ class TimerWheel {
     } else {
       heads_[t.slot] = t.next;
     }
-    if (t.next != nullptr) t.next->prev = t.prev;
+    if (t.next != nullptr) {
+      t.next->prev = t.prev;
+    } else if (t.slot == pending_slot()) {
+      pending_tail_ = t.prev;
+    }
     t.prev = t.next = nullptr;
   }
 
   uint64_t tick_ns_;
   std::vector<Timer*> heads_;
   uint64_t now_tick_;
+  Timer* pending_tail_ = nullptr;  // last timer of the pending list (heads_.back())
   size_t armed_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "engine/engine.h"
 
@@ -76,6 +77,27 @@ ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) {
 
 namespace {
 
+/// Drops the queued async events `gone` matches: their object is being destroyed, and nobody
+/// may be handed an event that points at a freed object (ibv_get_async_event(3) makes destroy
+/// wait for them; an engine that never blocks forgets them instead).
+template <typename Pred>
+void drop_events(Ring<AsyncEvent>& events, Pred gone) {
+  const size_t n = events.size();
+  for (size_t i = 0; i < n; ++i) {
+    const AsyncEvent ev = events.front();
+    events.pop();
+    if (!gone(ev)) events.push(ev);
+  }
+}
+
+/// The errno for an address vector (create_ah, modify_qp with IBV_QP_AV): EINVAL for one that
+/// can never be valid (no such port or source GID, no GRH: RoCE addresses by GID), otherwise
+/// EHOSTUNREACH when the destination could not be resolved to a neighbour.
+int av_errno(const ibv_ah_attr& ah, size_t gid_count, bool resolved) {
+  if (ah.port_num != 1 || !ah.is_global || ah.grh.sgid_index >= gid_count) return EINVAL;
+  return resolved ? 0 : EHOSTUNREACH;
+}
+
 bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_SEND:
@@ -143,6 +165,7 @@ Cq* Engine::create_cq(int cqe) {
   auto cq = std::make_unique<Cq>();
   cq->handle = next_handle_++;
   cq->ring = Ring<ibv_wc>(static_cast<size_t>(cqe));
+  cq->ibv.cqe = cqe;  // the CQ's actual size, as ibv_create_cq(3) reports it
   cqs_.push_back(std::move(cq));
   return cqs_.back().get();
 }
@@ -151,6 +174,7 @@ int Engine::destroy_cq(Cq* cq) {
   auto it = std::find_if(cqs_.begin(), cqs_.end(), [cq](const auto& c) { return c.get() == cq; });
   if (it == cqs_.end()) return EINVAL;
   if (cq->users != 0) return EBUSY;
+  drop_events(events_, [cq](const AsyncEvent& e) { return e.cq == cq; });
   cqs_.erase(it);
   return 0;
 }
@@ -178,12 +202,24 @@ Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr) {
 }
 
 int Engine::modify_srq(Srq* srq, ibv_srq_attr* attr, int mask) {
-  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
-  if (mask & IBV_SRQ_MAX_WR) return EOPNOTSUPP;  // resizing not supported (yet)
-  if (mask & IBV_SRQ_LIMIT) {
-    if (attr->srq_limit > srq->ring.capacity()) return EINVAL;
-    srq->limit = attr->srq_limit;  // arms the limit event
+  if (srq == nullptr || attr == nullptr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
+    return EINVAL;
+  // Everything is checked before anything changes (ibv_modify_srq(3)).
+  size_t max_wr = srq->ring.capacity();
+  if (mask & IBV_SRQ_MAX_WR) {
+    // Resizing (query_device reports IBV_DEVICE_SRQ_RESIZE): never below what is posted.
+    if (attr->max_wr == 0 || attr->max_wr > cfg_.max_srq_wr || attr->max_wr < srq->ring.size())
+      return EINVAL;
+    max_wr = attr->max_wr;
   }
+  const uint32_t limit = (mask & IBV_SRQ_LIMIT) ? attr->srq_limit : srq->limit;
+  if (limit > max_wr) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) {
+    Ring<RecvWqe> resized(max_wr);
+    for (size_t i = 0; i < srq->ring.size(); ++i) resized.push(srq->ring.at(i));
+    srq->ring = std::move(resized);
+  }
+  srq->limit = limit;  // a limit set here arms the limit event
   return 0;
 }
 
@@ -199,6 +235,7 @@ int Engine::destroy_srq(Srq* srq) {
       std::find_if(srqs_.begin(), srqs_.end(), [srq](const auto& s) { return s.get() == srq; });
   if (it == srqs_.end()) return EINVAL;
   if (srq->users != 0) return EBUSY;
+  drop_events(events_, [srq](const AsyncEvent& e) { return e.srq == srq; });
   --srq->pd->users;
   srqs_.erase(it);
   return 0;
@@ -214,8 +251,8 @@ Ah* Engine::create_ah(mem::Pd* pd, const ibv_ah_attr* attr) {
     return nullptr;
   }
   auto ah = std::make_unique<Ah>();
-  if (!resolve_path(*attr, &ah->path)) {
-    errno = attr->is_global ? EHOSTUNREACH : EINVAL;
+  if (int e = av_errno(*attr, gids_.size(), resolve_path(*attr, &ah->path)); e != 0) {
+    errno = e;
     return nullptr;
   }
   ah->pd = pd;
@@ -249,6 +286,11 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
     errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
     return nullptr;
   }
+  // ibv_create_qp(3): only RC and UD QPs may be associated with an SRQ.
+  if (a->srq != nullptr && a->qp_type == IBV_QPT_UC) {
+    errno = EINVAL;
+    return nullptr;
+  }
   const ibv_qp_cap& c = a->cap;
   if (c.max_send_wr > cfg_.max_qp_wr || c.max_send_sge > cfg_.max_sge ||
       c.max_inline_data > cfg_.max_inline ||
@@ -274,6 +316,11 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
   qp->cap = c;
   qp->cap.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
   qp->cap.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
+  if (qp->type == IBV_QPT_UD) {
+    // UD has no path MTU attribute: a datagram may be as large as the port's active MTU.
+    qp->path_mtu = cfg_.active_mtu;
+    qp->mtu = mtu_bytes(cfg_.active_mtu);
+  }
   qp->sq = Ring<SendWqe>(c.max_send_wr);
   if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
   qp->retransmit_timer.owner = qp->rnr_timer.owner = qp.get();
@@ -302,6 +349,7 @@ int Engine::destroy_qp(Qp* qp) {
     active_.pop();
     if (q != qp) active_.push(q);
   }
+  drop_events(events_, [qp](const AsyncEvent& e) { return e.qp == qp; });
   --qp->pd->users;
   --qp->send_cq->users;
   --qp->recv_cq->users;
@@ -311,18 +359,17 @@ int Engine::destroy_qp(Qp* qp) {
 }
 
 int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const {
-  const ibv_qp_state cur =
-      (mask & IBV_QP_CUR_STATE) ? attr->cur_qp_state : qp->state;
+  // IBV_QP_CUR_STATE must name the state the QP is in; like any other attribute it is only
+  // accepted where the table lists it (the transitions into RTS).
   if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != qp->state) return EINVAL;
+  const ibv_qp_state cur = qp->state;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
   if (next > IBV_QPS_ERR) return EINVAL;
-  const int attrs = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
+  const int attrs = mask & ~IBV_QP_STATE;
 
   if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) {
-    if (!(mask & IBV_QP_STATE)) {
-      // Modifying attributes in RESET or ERR without a transition is not allowed.
-      return attrs == 0 ? 0 : EINVAL;
-    }
+    // Any state may go to RESET, any state but RESET to ERR; neither takes attributes.
+    if (cur == IBV_QPS_RESET && next == IBV_QPS_ERR) return EINVAL;
     return attrs == 0 ? 0 : EINVAL;
   }
   const Transition* tr = nullptr;
@@ -336,9 +383,8 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
     default: req = tr->req_rc; opt = tr->opt_rc; break;
   }
   if (req < 0) return EINVAL;  // transition not defined for this QP type
-  const int given = mask & ~IBV_QP_STATE;
-  if ((given & req) != req) return EINVAL;                         // a required one is missing
-  if (given & ~(req | opt | IBV_QP_CUR_STATE)) return EINVAL;      // one that is not allowed
+  if ((attrs & req) != req) return EINVAL;  // a required one is missing
+  if (attrs & ~(req | opt)) return EINVAL;  // one that is not allowed
 
   // Values.
   if ((mask & IBV_QP_ALT_PATH)) return EOPNOTSUPP;  // no automatic path migration
@@ -361,7 +407,8 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
     return EINVAL;
   if (mask & IBV_QP_AV) {
     Path p;
-    if (!resolve_path(attr->ah_attr, &p)) return attr->ah_attr.is_global ? EHOSTUNREACH : EINVAL;
+    if (int e = av_errno(attr->ah_attr, gids_.size(), resolve_path(attr->ah_attr, &p)); e != 0)
+      return e;
   }
   return 0;
 }
@@ -456,6 +503,9 @@ int Engine::query_qp(const Qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr* init) 
   a->rnr_retry = qp->rnr_retry;
   if (init != nullptr) {
     *init = ibv_qp_init_attr{};
+    init->send_cq = &qp->send_cq->ibv;
+    init->recv_cq = &qp->recv_cq->ibv;
+    init->srq = qp->srq != nullptr ? &qp->srq->ibv : nullptr;
     init->qp_type = qp->type;
     init->cap = qp->cap;
     init->sq_sig_all = qp->sq_sig_all;
@@ -538,8 +588,9 @@ void Engine::flush_qp(Qp* qp) {
 // ---- Posting ----------------------------------------------------------------------------------
 
 int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
+  const ibv_send_wr* const first = wr;
+  int err = 0;
   for (; wr != nullptr; wr = wr->next) {
-    int err = 0;
     if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR) {
       err = EINVAL;
     } else if (!opcode_allowed(qp->type, wr->opcode)) {
@@ -564,7 +615,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
     }
     if (err != 0) {
       if (bad != nullptr) *bad = wr;
-      return err;
+      break;
     }
     SendWqe& w = qp->sq.next_slot();
     w = SendWqe{};
@@ -610,21 +661,24 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
     }
     qp->sq.commit();
   }
-  if (qp->state == IBV_QPS_ERR) qp->flush_pending = true;
-  schedule(qp);
-  return 0;
+  if (wr != first) {  // the WRs ahead of a failing one stay posted: they must go out too
+    if (qp->state == IBV_QPS_ERR) qp->flush_pending = true;
+    schedule(qp);
+  }
+  return err;
 }
 
 int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  const ibv_recv_wr* const first = wr;
+  int err = 0;
   for (; wr != nullptr; wr = wr->next) {
-    int err = 0;
     if (qp->state == IBV_QPS_RESET || qp->srq != nullptr) err = EINVAL;
     else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge)
       err = EINVAL;
     else if (qp->rq.full()) err = ENOMEM;
     if (err != 0) {
       if (bad != nullptr) *bad = wr;
-      return err;
+      break;
     }
     RecvWqe r;
     r.wr_id = wr->wr_id;
@@ -634,11 +688,11 @@ int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
                                        wr->sg_list[i].lkey};
     qp->rq.push(r);
   }
-  if (qp->state == IBV_QPS_ERR) {
+  if (qp->state == IBV_QPS_ERR && wr != first) {  // in ERR, what was posted is flushed
     qp->flush_pending = true;
     schedule(qp);
   }
-  return 0;
+  return err;
 }
 
 int Engine::post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {

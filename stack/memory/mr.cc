@@ -4,7 +4,8 @@
 
 namespace uroce::mem {
 
-MrTable::MrTable(uint32_t max_mrs, uint64_t seed) : slots_(size_t{max_mrs} + 1), rng_(seed) {
+MrTable::MrTable(uint32_t max_mrs, uint64_t seed)
+    : slots_(size_t{max_mrs} + 1), last_rnd_(size_t{max_mrs} + 1, 0), rng_(seed) {
   free_.reserve(max_mrs);
   for (uint32_t i = max_mrs; i >= 1; --i) free_.push_back(i);
 }
@@ -27,7 +28,8 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access)
   uint32_t rnd;
   do {
     rnd = static_cast<uint32_t>(rng_()) & ((1u << kRandomBits) - 1);
-  } while (rnd == 0);
+  } while (rnd == 0 || rnd == last_rnd_[idx]);  // never re-issue the slot's previous key
+  last_rnd_[idx] = static_cast<uint16_t>(rnd);
   Mr& mr = slots_[idx];
   mr.key = (idx << kRandomBits) | rnd;
   mr.pd = pd;

@@ -2,9 +2,10 @@
 // through before a single byte of registered memory is read or written.
 //
 // Keys: a key is (table index << 12) | 12 random bits. The index finds the slot in O(1);
-// the random part (re-drawn at every registration, never 0) makes a key hard to guess and
-// makes a stale key (of a deregistered and re-used slot) fail the check. Index 0 is never
-// used, so key 0 is always invalid. L_Key and R_Key are the same value.
+// the random part (re-drawn at every registration, never 0, never the slot's previous one)
+// makes a key hard to guess and makes a stale key (of a deregistered and re-used slot) fail
+// the check. Index 0 is never used, so key 0 is always invalid. L_Key and R_Key are the same
+// value.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -64,8 +65,9 @@ class MrTable {
   uint32_t in_use() const { return in_use_; }
 
  private:
-  std::vector<Mr> slots_;        // [0] unused
-  std::vector<uint32_t> free_;   // free slot indexes
+  std::vector<Mr> slots_;           // [0] unused
+  std::vector<uint16_t> last_rnd_;  // per slot: the random part of its latest key
+  std::vector<uint32_t> free_;      // free slot indexes
   std::mt19937_64 rng_;
   uint32_t in_use_ = 0;
 };

@@ -413,10 +413,12 @@ TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
       for (int k = 0; k < 2; ++k)
         if (q.armed[k] && q.expect[k] <= next) due.emplace_back(q.expect[k], &q.t[k]);
     std::vector<const Timer*> got;
+    std::vector<uint64_t> got_expiry;
     const size_t n = w.advance(next, [&](Timer& t) {
       auto* q = static_cast<QpLike*>(t.owner);
       const int k = t.kind;
       got.push_back(&t);
+      got_expiry.push_back(t.expires_ns);
       ++q->fires;
       ASSERT_TRUE(q->armed[k]) << "fired a timer that is not armed (or twice)";
       ASSERT_LE(q->expect[k], next) << "fired early";
@@ -436,6 +438,7 @@ TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
     std::sort(got_sorted.begin(), got_sorted.end());
     std::sort(want_sorted.begin(), want_sorted.end());
     ASSERT_EQ(got_sorted, want_sorted) << "step " << step;
+    ASSERT_TRUE(std::is_sorted(got_expiry.begin(), got_expiry.end())) << "step " << step;
     ASSERT_EQ(w.armed_count(), model_armed);
     total_fired += n;
     now = next;
@@ -446,7 +449,7 @@ TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
   for (auto& q : qps) left += static_cast<size_t>(q.armed[0]) + static_cast<size_t>(q.armed[1]);
   EXPECT_EQ(w.advance(end, [](Timer&) {}), left);
   EXPECT_EQ(w.armed_count(), 0u);
-  EXPECT_GT(total_fired, 2 * kOwners / 2);  // the run really exercised the wheel
+  EXPECT_GT(total_fired, kOwners);  // the run really exercised the wheel
 }
 
 }  // namespace
