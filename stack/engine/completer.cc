@@ -101,19 +101,25 @@ void Engine::retry_from(Qp* qp, Psn psn) {
   arm_retransmit(qp);
 }
 
+bool Engine::spend_retry(Qp* qp) {
+  // retry_cnt counts the retries allowed without forward progress (ack_upto refills it).
+  if (qp->retry_left > 0) {
+    --qp->retry_left;
+    return true;
+  }
+  const uint64_t i = first_open(qp);
+  if (i < qp->sq_assigned_end) {
+    counters_.inc(Counter::retry_exceeded);
+    fail_send(qp, qp->sq.at_abs(i), IBV_WC_RETRY_EXC_ERR);
+  }
+  return false;
+}
+
 void Engine::on_retransmit_timeout(Qp* qp) {
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
   if (qp->sq_psn == qp->comp_psn) return;
   counters_.inc(Counter::retransmit_timeouts);
-  if (qp->retry_left == 0) {
-    const uint64_t i = first_open(qp);
-    if (i < qp->sq_assigned_end) {
-      counters_.inc(Counter::retry_exceeded);
-      fail_send(qp, qp->sq.at_abs(i), IBV_WC_RETRY_EXC_ERR);
-    }
-    return;
-  }
-  --qp->retry_left;
+  if (!spend_retry(qp)) return;
   qp->resp_gap = false;  // whatever we were waiting for did not come: ask again
   retry_from(qp, qp->comp_psn);
 }
@@ -127,23 +133,7 @@ void Engine::on_rnr_timeout(Qp* qp) {
 
 bool Engine::scatter(Qp* qp, const SendWqe& w, uint32_t offset, const uint8_t* src,
                      uint32_t len) {
-  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
-    const Sge& s = w.sge[i];
-    if (offset >= s.length) {
-      offset -= s.length;
-      continue;
-    }
-    const uint32_t n = std::min(len, s.length - offset);
-    uint8_t* host;
-    if (mrs_.check(s.lkey, qp->pd, s.addr + offset, n, IBV_ACCESS_LOCAL_WRITE, &host) !=
-        mem::AccessError::kOk)
-      return false;
-    std::memcpy(host, src, n);
-    src += n;
-    len -= n;
-    offset = 0;
-  }
-  return len == 0;
+  return copy_to_sges(qp->pd, w.sge.data(), w.num_sge, offset, src, len);
 }
 
 void Engine::completer(Qp* qp, const ParsedPacket& p) {
@@ -190,16 +180,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
           // Already going back to exactly this PSN (e.g. the responder NAKs the rest of a
           // message it just RNR-NAKed): one retry is enough.
           if (qp->rnr_waiting || (qp->retry_pending && qp->retry_psn == psn)) return;
-          if (qp->retry_left == 0) {
-            const uint64_t i = first_open(qp);
-            if (i < qp->sq_assigned_end) {
-              counters_.inc(Counter::retry_exceeded);
-              fail_send(qp, qp->sq.at_abs(i), IBV_WC_RETRY_EXC_ERR);
-            }
-            return;
-          }
-          --qp->retry_left;
-          retry_from(qp, psn);
+          if (spend_retry(qp)) retry_from(qp, psn);
           return;
         }
         counters_.inc(Counter::error_naks_rcvd);
@@ -237,12 +218,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       if (qp->resp_gap && qp->resp_gap_psn == expected) return;
       ack_upto(qp, w.first_psn);
       counters_.inc(psn - w.last_psn() > 0 ? Counter::implicit_naks : Counter::seq_naks_rcvd);
-      if (qp->retry_left == 0) {
-        counters_.inc(Counter::retry_exceeded);
-        fail_send(qp, w, IBV_WC_RETRY_EXC_ERR);
-        return;
-      }
-      --qp->retry_left;
+      if (!spend_retry(qp)) return;
       qp->resp_gap = true;
       qp->resp_gap_psn = expected;
       retry_from(qp, expected);

@@ -170,10 +170,8 @@ bool Engine::resolve_path(const ibv_ah_attr& ah, Path* path) const {
   return false;
 }
 
-void Engine::fill_template(Qp* qp) {
-  RoceHeaders& h = qp->tx_template;
-  h = RoceHeaders{};
-  const Path& p = qp->path;
+RoceHeaders Engine::headers_for(const Path& p, uint32_t qpn, uint32_t dest_qpn) const {
+  RoceHeaders h;
   h.eth.src = mac_;
   h.eth.dst = p.dmac;
   if (cfg_.vlan_id != 0) {
@@ -196,10 +194,15 @@ void Engine::fill_template(Qp* qp) {
     h.ip4.ttl = 64;
   }
   // Flow entropy: a per-QP UDP source port in 0xC000..0xFFFF (so ECMP keeps the QP in order).
-  const uint32_t hash = (qp->qpn * 0x9E3779B1u) ^ (qp->dest_qpn * 0x85EBCA6Bu);
+  const uint32_t hash = (qpn * 0x9E3779B1u) ^ (dest_qpn * 0x85EBCA6Bu);
   h.udp.src_port = static_cast<uint16_t>(0xC000 | ((hash >> 16) & 0x3FFF));
   h.bth.pkey = 0xFFFF;
-  h.bth.dest_qp = qp->dest_qpn;
+  h.bth.dest_qp = dest_qpn;
+  return h;
+}
+
+void Engine::fill_template(Qp* qp) {
+  qp->tx_template = headers_for(qp->path, qp->qpn, qp->dest_qpn);
 }
 
 // ---- Poll loop --------------------------------------------------------------------------
@@ -416,6 +419,50 @@ void Engine::flush_tx() {
     off += n;
   }
   tx_batch_.clear();
+}
+
+// ---- Local memory ---------------------------------------------------------------------------
+
+namespace {
+// Walks an SGE list from `offset`, checking each piece against the MR table (key, PD, bounds,
+// LOCAL_WRITE when writing) right before it is touched — an MR deregistered after the post is
+// caught here — and hands (host pointer, length) pieces to `copy`.
+template <typename Copy>
+bool walk_sges(const mem::MrTable& mrs, const mem::Pd* pd, const Sge* sges, uint32_t n,
+               uint32_t offset, uint32_t len, int need, Copy&& copy) {
+  for (uint32_t i = 0; i < n && len > 0; ++i) {
+    const Sge& s = sges[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const uint32_t chunk = std::min(len, s.length - offset);
+    uint8_t* host;
+    if (mrs.check(s.lkey, pd, s.addr + offset, chunk, need, &host) != mem::AccessError::kOk)
+      return false;
+    copy(host, chunk);
+    len -= chunk;
+    offset = 0;
+  }
+  return len == 0;
+}
+}  // namespace
+
+bool Engine::copy_to_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
+                          const uint8_t* src, uint32_t len) const {
+  return walk_sges(mrs_, pd, sges, n, offset, len, IBV_ACCESS_LOCAL_WRITE,
+                   [&src](uint8_t* host, uint32_t chunk) {
+                     std::memcpy(host, src, chunk);
+                     src += chunk;
+                   });
+}
+
+bool Engine::copy_from_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
+                            uint8_t* dst, uint32_t len) const {
+  return walk_sges(mrs_, pd, sges, n, offset, len, 0, [&dst](uint8_t* host, uint32_t chunk) {
+    std::memcpy(dst, host, chunk);
+    dst += chunk;
+  });
 }
 
 // ---- Completions and events ---------------------------------------------------------------

@@ -132,8 +132,16 @@ class Engine {
                       wire::FrameLayout* lay);
   void send_built(Frame* f, const wire::FrameLayout& lay);
   bool push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp);
+  /// Copy `len` bytes into / out of an SGE list, starting `offset` bytes into it. False if
+  /// the list is too short or a key check fails (writing needs LOCAL_WRITE).
+  bool copy_to_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
+                    const uint8_t* src, uint32_t len) const;
+  bool copy_from_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
+                      uint8_t* dst, uint32_t len) const;
   void post_event(ibv_event_type type, Qp* qp, Cq* cq = nullptr, Srq* srq = nullptr);
   bool resolve_path(const ibv_ah_attr& ah, Path* path) const;
+  /// Ethernet/IP/UDP/BTH fields for packets from QP `qpn` to `dest_qpn` along `path`.
+  wire::RoceHeaders headers_for(const Path& path, uint32_t qpn, uint32_t dest_qpn) const;
   void fill_template(Qp* qp);
 
   // verbs.cc
@@ -156,6 +164,7 @@ class Engine {
   void ack_upto(Qp* qp, Psn psn);
   void retry_from(Qp* qp, Psn psn);
   void arm_retransmit(Qp* qp);
+  bool spend_retry(Qp* qp);  // false (and the WQE failed) when retry_cnt is used up
   void on_retransmit_timeout(Qp* qp);
   void on_rnr_timeout(Qp* qp);
   void fail_send(Qp* qp, SendWqe& w, ibv_wc_status st);

@@ -72,22 +72,7 @@ bool Engine::gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uin
     std::memcpy(dst, w.inline_data.data() + offset, len);
     return true;
   }
-  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
-    const Sge& s = w.sge[i];
-    if (offset >= s.length) {
-      offset -= s.length;
-      continue;
-    }
-    const uint32_t n = std::min(len, s.length - offset);
-    uint8_t* host;
-    if (mrs_.check(s.lkey, qp->pd, s.addr + offset, n, 0, &host) != mem::AccessError::kOk)
-      return false;
-    std::memcpy(dst, host, n);
-    dst += n;
-    len -= n;
-    offset = 0;
-  }
-  return len == 0;
+  return copy_from_sges(qp->pd, w.sge.data(), w.num_sge, offset, dst, len);
 }
 
 bool Engine::send_packet(Qp* qp, SendWqe& w) {
@@ -165,34 +150,9 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
 }
 
 void Engine::ud_send(Qp* qp, SendWqe& w) {
-  const Ah* ah = w.ah;
-  RoceHeaders h;
-  const Path& p = ah->path;
-  h.eth.src = mac_;
-  h.eth.dst = p.dmac;
-  if (cfg_.vlan_id != 0) {
-    h.eth.has_vlan = true;
-    h.eth.vid = cfg_.vlan_id;
-    h.eth.pcp = static_cast<uint8_t>(p.sl & 7);
-  }
-  h.ipv6 = p.ipv6;
-  if (p.ipv6) {
-    h.ip6.src = p.sgid;
-    h.ip6.dst = p.dgid;
-    h.ip6.traffic_class = p.traffic_class;
-    h.ip6.flow_label = p.flow_label;
-    h.ip6.hop_limit = p.hop_limit;
-  } else {
-    std::copy(p.sgid.begin() + 12, p.sgid.end(), h.ip4.src.begin());
-    std::copy(p.dgid.begin() + 12, p.dgid.end(), h.ip4.dst.begin());
-    h.ip4.dscp = static_cast<uint8_t>(p.traffic_class >> 2);
-    h.ip4.ecn = static_cast<uint8_t>(p.traffic_class & 3);
-  }
-  h.udp.src_port = qp->tx_template.udp.src_port;
+  RoceHeaders h = headers_for(w.ah->path, qp->qpn, w.remote_qpn);
   h.bth.opcode = w.opcode == IBV_WR_SEND_WITH_IMM ? opcode::kUdSendOnlyImm : opcode::kUdSendOnly;
   h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
-  h.bth.pkey = 0xFFFF;
-  h.bth.dest_qp = w.remote_qpn;
   h.bth.psn = qp->sq_psn.value();
   h.ext.deth = {w.remote_qkey, 0, qp->qpn};
   h.ext.imm.imm = __builtin_bswap32(w.imm_or_inv);

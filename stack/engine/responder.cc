@@ -45,26 +45,8 @@ bool Engine::take_rwqe(Qp* qp) {
 }
 
 bool Engine::copy_to_rwqe(Qp* qp, const uint8_t* src, uint32_t len) {
-  uint32_t offset = qp->rwqe_offset;
-  const RecvWqe& r = qp->rwqe;
-  uint32_t left = len;
-  for (uint32_t i = 0; i < r.num_sge && left > 0; ++i) {
-    const Sge& s = r.sge[i];
-    if (offset >= s.length) {
-      offset -= s.length;
-      continue;
-    }
-    const uint32_t n = std::min(left, s.length - offset);
-    uint8_t* host;
-    if (mrs_.check(s.lkey, qp->pd, s.addr + offset, n, IBV_ACCESS_LOCAL_WRITE, &host) !=
-        mem::AccessError::kOk)
-      return false;
-    std::memcpy(host, src, n);
-    src += n;
-    left -= n;
-    offset = 0;
-  }
-  if (left != 0) return false;
+  if (!copy_to_sges(qp->pd, qp->rwqe.sge.data(), qp->rwqe.num_sge, qp->rwqe_offset, src, len))
+    return false;
   qp->rwqe_offset += len;
   return true;
 }

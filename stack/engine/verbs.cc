@@ -98,6 +98,15 @@ int av_errno(const ibv_ah_attr& ah, size_t gid_count, bool resolved) {
   return resolved ? 0 : EHOSTUNREACH;
 }
 
+RecvWqe to_recv_wqe(const ibv_recv_wr& wr) {
+  RecvWqe r;
+  r.wr_id = wr.wr_id;
+  r.num_sge = static_cast<uint32_t>(wr.num_sge);
+  for (int i = 0; i < wr.num_sge; ++i)
+    r.sge[static_cast<size_t>(i)] = {wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  return r;
+}
+
 bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_SEND:
@@ -680,13 +689,7 @@ int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
       if (bad != nullptr) *bad = wr;
       break;
     }
-    RecvWqe r;
-    r.wr_id = wr->wr_id;
-    r.num_sge = static_cast<uint32_t>(wr->num_sge);
-    for (int i = 0; i < wr->num_sge; ++i)
-      r.sge[static_cast<size_t>(i)] = {wr->sg_list[i].addr, wr->sg_list[i].length,
-                                       wr->sg_list[i].lkey};
-    qp->rq.push(r);
+    qp->rq.push(to_recv_wqe(*wr));
   }
   if (qp->state == IBV_QPS_ERR && wr != first) {  // in ERR, what was posted is flushed
     qp->flush_pending = true;
@@ -704,13 +707,7 @@ int Engine::post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** b
       if (bad != nullptr) *bad = wr;
       return err;
     }
-    RecvWqe r;
-    r.wr_id = wr->wr_id;
-    r.num_sge = static_cast<uint32_t>(wr->num_sge);
-    for (int i = 0; i < wr->num_sge; ++i)
-      r.sge[static_cast<size_t>(i)] = {wr->sg_list[i].addr, wr->sg_list[i].length,
-                                       wr->sg_list[i].lkey};
-    srq->ring.push(r);
+    srq->ring.push(to_recv_wqe(*wr));
   }
   return 0;
 }
