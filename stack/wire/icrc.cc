@@ -52,7 +52,9 @@ uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl) {
   hdr[ip_hdr_len + 7] = 0xFF;
   hdr[ip_hdr_len + kUdpLen + 4] = 0xFF;  // BTH FECN/BECN/reserved byte
 
-  uint32_t crc = crc32(0, kMaskedLrh, impl);
+  // The masked LRH never changes: its CRC is a constant (computed once, by the reference).
+  static const uint32_t kLrhCrc = crc32(0, kMaskedLrh, CrcImpl::kReference);
+  uint32_t crc = kLrhCrc;
   crc = crc32(crc, Bytes(hdr.data(), masked_len), impl);
   return crc32(crc, l3.subspan(masked_len), impl);
 }
