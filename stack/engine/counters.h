@@ -51,7 +51,11 @@ namespace uroce {
   X(rnr_retry_exceeded, "WQEs completed with IBV_WC_RNR_RETRY_EXC_ERR")                 \
   X(cq_overflows, "completions lost to a full CQ (the CQ is then in error)")            \
   X(completions, "work completions generated")                                          \
-  X(flushed_wqes, "WQEs flushed with IBV_WC_WR_FLUSH_ERR")
+  X(flushed_wqes, "WQEs flushed with IBV_WC_WR_FLUSH_ERR")                              \
+  X(arp_received, "ARP packets received")                                               \
+  X(arp_replies_sent, "ARP replies sent for our IPv4 address")                          \
+  X(arp_requests_sent, "ARP requests sent to resolve a neighbour")                      \
+  X(arp_failures, "neighbours that did not answer ARP")
 
 enum class Counter : uint16_t {
 #define UROCE_X(id, text) id,

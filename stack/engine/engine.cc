@@ -128,16 +128,6 @@ int Engine::query_pkey(uint8_t port_num, int index, uint16_t* pkey) const {
   return 0;
 }
 
-void Engine::set_neighbor(const Gid& ip, const MacAddr& mac) {
-  for (auto& [g, m] : neighbors_) {
-    if (g == ip) {
-      m = mac;
-      return;
-    }
-  }
-  neighbors_.emplace_back(ip, mac);
-}
-
 bool Engine::resolve_path(const ibv_ah_attr& ah, Path* path) const {
   if (!ah.is_global) return false;  // RoCE needs a GRH: the destination is a GID
   const uint8_t sgid_index = ah.grh.sgid_index;
@@ -160,9 +150,9 @@ bool Engine::resolve_path(const ibv_ah_attr& ah, Path* path) const {
       return true;
     }
   }
-  for (const auto& [g, m] : neighbors_) {
-    if (g == p.dgid) {
-      p.dmac = m;
+  for (const auto& n : neighbors_) {
+    if (n->ip == p.dgid && n->state == NeighborState::kReachable) {
+      p.dmac = n->mac;
       *path = p;
       return true;
     }
@@ -248,7 +238,9 @@ void Engine::receive(Frame* f) {
   const ParseError e = parse_frame(f->bytes(), p);
   Qp* qp = nullptr;
   if (e != ParseError::kOk) {
-    if (is_not_roce(e)) {
+    if (e == ParseError::kNotIp && handle_arp(f->bytes())) {
+      // ARP: answered or learned from
+    } else if (is_not_roce(e)) {
       counters_.inc(Counter::rx_not_roce);
     } else {
       counters_.inc(Counter::rx_drop_malformed);
@@ -332,6 +324,10 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
 }
 
 void Engine::fire_timer(Timer& t) {
+  if (t.kind == kTimerNeighbor) {
+    on_neighbor_timeout(static_cast<Neighbor*>(t.owner));
+    return;
+  }
   Qp* qp = static_cast<Qp*>(t.owner);
   if (t.kind == kTimerRetransmit) {
     on_retransmit_timeout(qp);

@@ -19,11 +19,13 @@
 #include <vector>
 
 #include "engine/counters.h"
+#include "engine/neighbor.h"
 #include "engine/objects.h"
 #include "engine/timer_wheel.h"
 #include "memory/mr.h"
 #include "uroce/port.h"
 #include "wire/addr.h"
+#include "wire/arp.h"
 
 namespace uroce {
 
@@ -76,8 +78,16 @@ class Engine {
   int gid_count() const { return static_cast<int>(gids_.size()); }
   int query_pkey(uint8_t port_num, int index, uint16_t* pkey) const;
   wire::MacAddr mac() const { return mac_; }
-  /// Static neighbour entry: frames for `ip` go to `mac` (ARP/ND fill this in later).
+  /// Static neighbour entry: frames for `ip` go to `mac` (never overwritten by ARP).
   void set_neighbor(const wire::Gid& ip, const wire::MacAddr& mac);
+  /// Starts the resolution of `ip` unless it is known or under way (a failed one starts
+  /// over). IPv4: ARP, up to kArpTries requests kArpRetryNs apart, driven by poll().
+  /// kReachable fills *mac. Callers that must block (ibv_modify_qp, ibv_create_ah) then poll
+  /// and watch neighbor_state() until it leaves kIncomplete; kFailed becomes EHOSTUNREACH.
+  /// IPv6 destinations need static entries (no neighbour discovery yet).
+  NeighborState resolve(const wire::Gid& ip, wire::MacAddr* mac);
+  /// The state of `ip` without starting anything (kFailed when unknown).
+  NeighborState neighbor_state(const wire::Gid& ip, wire::MacAddr* mac);
 
   // ---- Verbs objects (nullptr + errno on failure, or an errno return) ------------------
   mem::Pd* alloc_pd();
@@ -144,6 +154,13 @@ class Engine {
   wire::RoceHeaders headers_for(const Path& path, uint32_t qpn, uint32_t dest_qpn) const;
   void fill_template(Qp* qp);
 
+  // neighbor.cc
+  Neighbor* find_neighbor(const wire::Gid& ip);
+  bool handle_arp(wire::Bytes frame);
+  void send_arp(const wire::ArpRepr& a, const wire::MacAddr& dst);
+  void send_arp_request(Neighbor* n);
+  void on_neighbor_timeout(Neighbor* n);
+
   // verbs.cc
   int check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const;
   void enter_error(Qp* qp);
@@ -191,7 +208,7 @@ class Engine {
   EngineConfig cfg_;
   wire::MacAddr mac_{};
   std::vector<wire::Gid> gids_;
-  std::vector<std::pair<wire::Gid, wire::MacAddr>> neighbors_;
+  std::vector<std::unique_ptr<Neighbor>> neighbors_;
   uint64_t now_ = 0;
   uint16_t ip_id_ = 0;
 

@@ -135,7 +135,7 @@ struct RdAtomicRes {
   bool sending = false;
 };
 
-enum QpTimer : uint8_t { kTimerRetransmit, kTimerRnr };
+enum TimerKind : uint8_t { kTimerRetransmit, kTimerRnr, kTimerNeighbor };
 
 struct Qp {
   ibv_qp ibv{};  // first: lets the verbs layer convert ibv_qp* back to Qp*
