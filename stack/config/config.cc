@@ -1,0 +1,212 @@
+#include "config/config.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace uroce::config {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.size() > 63) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+/// Sets one key of `dev`; returns an error text (without location) or "".
+std::string set_key(DeviceConfig* dev, const std::string& key, const std::string& value) {
+  if (key == "iface") {
+    if (value.empty() || value.size() >= IFNAMSIZ) return "iface must be a Linux interface name";
+    dev->iface = value;
+  } else if (key == "devargs") {
+    if (value.empty()) return "devargs must not be empty (e.g. net_tap0,iface=tap0)";
+    dev->devargs = value;
+  } else if (key == "ipv4") {
+    dev->ipv4 = wire::parse_ipv4(value);
+    if (!dev->ipv4) return "ipv4 '" + value + "' is not an IPv4 address (e.g. 10.0.0.1)";
+  } else if (key == "ipv6") {
+    dev->ipv6 = wire::parse_ipv6(value);
+    if (!dev->ipv6) return "ipv6 '" + value + "' is not an IPv6 address (e.g. fd00::1)";
+  } else if (key == "mtu") {
+    char* end = nullptr;
+    const unsigned long m = std::strtoul(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' ||
+        (m != 256 && m != 512 && m != 1024 && m != 2048 && m != 4096))
+      return "mtu '" + value + "' must be 256, 512, 1024, 2048 or 4096";
+    dev->mtu = static_cast<uint32_t>(m);
+  } else if (key == "vlan") {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || v > 4094)
+      return "vlan '" + value + "' must be a VLAN id from 0 (untagged) to 4094";
+    dev->vlan = static_cast<uint16_t>(v);
+  } else if (key == "pcap") {
+    if (value.empty()) return "pcap must name a file";
+    dev->pcap = value;
+  } else {
+    return "unknown setting '" + key + "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap)";
+  }
+  return "";
+}
+
+}  // namespace
+
+Env process_env() {
+  return [](const std::string& k) -> std::optional<std::string> {
+    const char* v = std::getenv(k.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+bool parse(const std::string& text, const std::string& source, Config* out, std::string* error) {
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  DeviceConfig* dev = nullptr;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const std::string where = source + ":" + std::to_string(lineno) + ": ";
+    if (line.front() == '[') {
+      if (line.back() != ']') {
+        *error = where + "section header must look like [uroce0]";
+        return false;
+      }
+      const std::string name = trim(line.substr(1, line.size() - 2));
+      if (!valid_name(name)) {
+        *error = where + "device name '" + name + "' must be letters, digits, '-' or '_'";
+        return false;
+      }
+      for (const auto& d : out->devices) {
+        if (d.name == name) {
+          *error = where + "device [" + name + "] is defined twice";
+          return false;
+        }
+      }
+      out->devices.push_back(DeviceConfig{});
+      dev = &out->devices.back();
+      dev->name = name;
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      *error = where + "expected 'key = value', got '" + line + "'";
+      return false;
+    }
+    if (dev == nullptr) {
+      *error = where + "setting before any [device] section: start with e.g. [uroce0]";
+      return false;
+    }
+    const std::string e = set_key(dev, trim(line.substr(0, eq)), trim(line.substr(eq + 1)));
+    if (!e.empty()) {
+      *error = where + e;
+      return false;
+    }
+  }
+  for (const auto& d : out->devices) {
+    if (d.iface.empty() && d.devargs.empty()) {
+      *error = source + ": device [" + d.name + "] needs iface = <interface> or devargs = <dpdk devargs>";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool apply_env(const Env& env, Config* cfg, std::string* error) {
+  static const char* const kVars[][2] = {{"UROCE_IFACE", "iface"}, {"UROCE_DEVARGS", "devargs"},
+                                         {"UROCE_IPV4", "ipv4"},   {"UROCE_IPV6", "ipv6"},
+                                         {"UROCE_MTU", "mtu"},     {"UROCE_VLAN", "vlan"},
+                                         {"UROCE_PCAP", "pcap"}};
+  for (const auto& [var, key] : kVars) {
+    const auto v = env(var);
+    if (!v) continue;
+    if (cfg->devices.empty()) cfg->devices.push_back(DeviceConfig{});
+    const std::string e = set_key(&cfg->devices.front(), key, trim(*v));
+    if (!e.empty()) {
+      *error = std::string("environment ") + var + ": " + e;
+      return false;
+    }
+  }
+  if (!cfg->devices.empty() && cfg->devices.front().iface.empty() &&
+      cfg->devices.front().devargs.empty()) {
+    *error = "device " + cfg->devices.front().name +
+             " has no interface: set UROCE_IFACE=<interface> (or UROCE_DEVARGS)";
+    return false;
+  }
+  return true;
+}
+
+bool load(const Env& env, Config* out, std::string* error) {
+  *out = Config{};
+  const auto explicit_path = env("UROCE_CONFIG");
+  const std::string path = explicit_path ? *explicit_path : "/etc/uroce.conf";
+  std::ifstream f(path);
+  if (f.good()) {
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (!parse(ss.str(), path, out, error)) return false;
+  } else if (explicit_path) {
+    *error = "UROCE_CONFIG names '" + path + "', which cannot be read: fix the path";
+    return false;
+  }
+  return apply_env(env, out, error);
+}
+
+bool fill_addresses(DeviceConfig* dev, std::string* error) {
+  if (dev->ipv4 || dev->iface.empty()) {
+    if (!dev->ipv4 && !dev->ipv6) {
+      *error = "device " + dev->name + " has no address: set ipv4 = ... (or UROCE_IPV4)";
+      return false;
+    }
+    return true;
+  }
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    *error = "cannot list interface addresses: " + std::string(std::strerror(errno));
+    return false;
+  }
+  bool found_iface = false;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_name == nullptr || dev->iface != a->ifa_name) continue;
+    found_iface = true;
+    if (a->ifa_addr == nullptr) continue;
+    if (a->ifa_addr->sa_family == AF_INET && !dev->ipv4) {
+      wire::Ipv4Addr ip;
+      std::memcpy(ip.data(), &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, 4);
+      dev->ipv4 = ip;
+    } else if (a->ifa_addr->sa_family == AF_INET6 && !dev->ipv6) {
+      wire::Ipv6Addr ip;
+      std::memcpy(ip.data(), &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, 16);
+      if (ip[0] != 0xfe || (ip[1] & 0xc0) != 0x80) dev->ipv6 = ip;  // skip link-local
+    }
+  }
+  freeifaddrs(list);
+  if (!dev->ipv4 && !dev->ipv6) {
+    *error = found_iface ? "interface '" + dev->iface +
+                               "' has no IP address: give it one (ip addr add) or set ipv4 = ..."
+                         : "interface '" + dev->iface +
+                               "' does not exist in this network namespace: check iface";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace uroce::config

@@ -1,0 +1,64 @@
+// Device configuration for the verbs provider: which uroce devices exist and what each one
+// runs on. Read from a small INI file ($UROCE_CONFIG, else /etc/uroce.conf) and environment
+// overrides, so that `UROCE_IFACE=veth0 ibv_devinfo` works with no file at all.
+//
+//   # one section per device
+//   [uroce0]
+//   iface   = veth0               # Linux interface, opened with DPDK's net_af_packet
+//   devargs = net_tap0,iface=t0   # or: any DPDK device (instead of iface)
+//   ipv4    = 10.0.0.1            # default: the interface's first IPv4 address
+//   ipv6    = fd00::1             # default: the interface's first global IPv6 address
+//   mtu     = 4096                # largest RoCE MTU to offer: 256, 512, 1024, 2048 or 4096
+//   vlan    = 0                   # 802.1Q VLAN id for RoCE traffic (0: untagged)
+//   pcap    = /tmp/uroce0.pcap    # record the device's traffic
+//
+// Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
+// UROCE_PCAP override the first device's settings (and create "uroce0" when there is no file).
+// Every problem is reported as one line naming the setting, its source and the fix.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wire/addr.h"
+
+namespace uroce::config {
+
+struct DeviceConfig {
+  std::string name = "uroce0";
+  std::string iface;
+  std::string devargs;
+  std::optional<wire::Ipv4Addr> ipv4;
+  std::optional<wire::Ipv6Addr> ipv6;
+  uint32_t mtu = 4096;
+  uint16_t vlan = 0;
+  std::string pcap;
+};
+
+struct Config {
+  std::vector<DeviceConfig> devices;
+};
+
+/// Environment lookup (getenv in production; a map in tests).
+using Env = std::function<std::optional<std::string>(const std::string&)>;
+Env process_env();
+
+/// Parses INI text. `source` names it in error messages ("/etc/uroce.conf").
+/// Returns false with *error set to one line on the first problem.
+bool parse(const std::string& text, const std::string& source, Config* out, std::string* error);
+
+/// Applies UROCE_* overrides to the first device (creating "uroce0" if there is none).
+bool apply_env(const Env& env, Config* cfg, std::string* error);
+
+/// The whole thing: file ($UROCE_CONFIG, else /etc/uroce.conf if it exists) + environment.
+/// A missing default file is fine; a missing $UROCE_CONFIG file is an error.
+bool load(const Env& env, Config* out, std::string* error);
+
+/// Fills ipv4/ipv6 from the Linux interface when they are not set (getifaddrs in the
+/// current network namespace). Devices given by devargs must set their addresses.
+bool fill_addresses(DeviceConfig* dev, std::string* error);
+
+}  // namespace uroce::config

@@ -1,0 +1,116 @@
+// Device configuration: INI parsing, environment overrides, and one clear line per mistake.
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+namespace uroce::config {
+namespace {
+
+Env env_of(std::map<std::string, std::string> m) {
+  return [m](const std::string& k) -> std::optional<std::string> {
+    auto it = m.find(k);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(Config, ParsesDevicesAndComments) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parse("# two devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
+                    "mtu = 1024\n\n[rxe-like_1]\ndevargs = net_tap0,iface=t0\nipv6 = fd00::1\n"
+                    "vlan = 7\npcap = /tmp/x.pcap\n",
+                    "test.conf", &c, &err))
+      << err;
+  ASSERT_EQ(c.devices.size(), 2u);
+  EXPECT_EQ(c.devices[0].name, "uroce0");
+  EXPECT_EQ(c.devices[0].iface, "veth0");
+  EXPECT_EQ(wire::to_string(*c.devices[0].ipv4), "10.0.0.1");
+  EXPECT_EQ(c.devices[0].mtu, 1024u);
+  EXPECT_EQ(c.devices[1].name, "rxe-like_1");
+  EXPECT_EQ(c.devices[1].devargs, "net_tap0,iface=t0");
+  EXPECT_EQ(wire::to_string(*c.devices[1].ipv6), "fd00::1");
+  EXPECT_EQ(c.devices[1].vlan, 7);
+  EXPECT_EQ(c.devices[1].pcap, "/tmp/x.pcap");
+  EXPECT_EQ(c.devices[1].mtu, 4096u);  // default
+}
+
+TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"[uroce0]\niface=v0\nmtu = 1500\n", "t.conf:3: mtu '1500' must be 256, 512, 1024, 2048 or 4096"},
+      {"[uroce0]\niface=v0\nipv4 = 10.0.0\n", "t.conf:3: ipv4 '10.0.0' is not an IPv4 address"},
+      {"[uroce0]\niface=v0\nspeed = 100\n", "t.conf:3: unknown setting 'speed'"},
+      {"iface = v0\n", "t.conf:1: setting before any [device] section"},
+      {"[uroce0\n", "t.conf:1: section header must look like [uroce0]"},
+      {"[uroce0]\niface v0\n", "t.conf:2: expected 'key = value'"},
+      {"[uroce0]\nipv4=1.2.3.4\n", "t.conf: device [uroce0] needs iface = <interface> or devargs"},
+      {"[a]\niface=x\n[a]\n", "t.conf:3: device [a] is defined twice"},
+      {"[bad name]\n", "t.conf:1: device name 'bad name' must be"},
+      {"[uroce0]\niface=v0\nvlan=5000\n", "t.conf:3: vlan '5000' must be a VLAN id from 0"},
+  };
+  for (const Case& k : cases) {
+    Config c;
+    std::string err;
+    EXPECT_FALSE(parse(k.text, "t.conf", &c, &err)) << k.text;
+    EXPECT_EQ(err.rfind(k.expect, 0), 0u) << "got: " << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos);
+  }
+}
+
+TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_IFACE", "veth9"}, {"UROCE_MTU", "2048"}}), &c, &err));
+  ASSERT_EQ(c.devices.size(), 1u);
+  EXPECT_EQ(c.devices[0].name, "uroce0");
+  EXPECT_EQ(c.devices[0].iface, "veth9");
+  EXPECT_EQ(c.devices[0].mtu, 2048u);
+
+  Config d;
+  ASSERT_TRUE(parse("[x]\niface=a\nmtu=1024\n", "f", &d, &err));
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_IPV4", "10.1.2.3"}}), &d, &err));
+  EXPECT_EQ(d.devices[0].iface, "a");
+  EXPECT_EQ(wire::to_string(*d.devices[0].ipv4), "10.1.2.3");
+
+  Config e;
+  EXPECT_FALSE(apply_env(env_of({{"UROCE_MTU", "9000"}}), &e, &err));
+  EXPECT_EQ(err.rfind("environment UROCE_MTU: mtu '9000' must be", 0), 0u) << err;
+  Config f;
+  EXPECT_FALSE(apply_env(env_of({{"UROCE_IPV4", "10.0.0.1"}}), &f, &err));
+  EXPECT_NE(err.find("set UROCE_IFACE"), std::string::npos) << err;
+}
+
+TEST(Config, LoadReadsUroceConfigAndRejectsAMissingOne) {
+  const std::string path = ::testing::TempDir() + "uroce-config-test.conf";
+  std::ofstream(path) << "[dev1]\niface = lo\n";
+  Config c;
+  std::string err;
+  ASSERT_TRUE(load(env_of({{"UROCE_CONFIG", path}}), &c, &err)) << err;
+  ASSERT_EQ(c.devices.size(), 1u);
+  EXPECT_EQ(c.devices[0].name, "dev1");
+  EXPECT_FALSE(load(env_of({{"UROCE_CONFIG", path + ".missing"}}), &c, &err));
+  EXPECT_NE(err.find("cannot be read"), std::string::npos);
+}
+
+TEST(Config, AddressesComeFromTheInterface) {
+  DeviceConfig d;
+  d.iface = "lo";
+  std::string err;
+  ASSERT_TRUE(fill_addresses(&d, &err)) << err;
+  ASSERT_TRUE(d.ipv4.has_value());
+  EXPECT_EQ(wire::to_string(*d.ipv4), "127.0.0.1");
+  DeviceConfig none;
+  none.iface = "no-such-if0";
+  EXPECT_FALSE(fill_addresses(&none, &err));
+  EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace uroce::config
