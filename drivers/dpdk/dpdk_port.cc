@@ -104,6 +104,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
     return nullptr;
   }
   rte_eth_promiscuous_disable(p->port_id_);
+  rte_eth_allmulticast_enable(p->port_id_);  // IPv6 neighbour solicitations are multicast
   {
     std::lock_guard<std::mutex> lock(g_eal_mutex);
     ++g_open;

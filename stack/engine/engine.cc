@@ -238,8 +238,9 @@ void Engine::receive(Frame* f) {
   const ParseError e = parse_frame(f->bytes(), p);
   Qp* qp = nullptr;
   if (e != ParseError::kOk) {
-    if (e == ParseError::kNotIp && handle_arp(f->bytes())) {
-      // ARP: answered or learned from
+    if ((e == ParseError::kNotIp && handle_arp(f->bytes())) ||
+        (e == ParseError::kNotUdp && p.hdr.ipv6 && handle_nd(f->bytes()))) {
+      // ARP / neighbour discovery: answered or learned from
     } else if (is_not_roce(e)) {
       counters_.inc(Counter::rx_not_roce);
     } else {

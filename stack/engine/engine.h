@@ -84,7 +84,7 @@ class Engine {
   /// over). IPv4: ARP, up to kArpTries requests kArpRetryNs apart, driven by poll().
   /// kReachable fills *mac. Callers that must block (ibv_modify_qp, ibv_create_ah) then poll
   /// and watch neighbor_state() until it leaves kIncomplete; kFailed becomes EHOSTUNREACH.
-  /// IPv6 destinations need static entries (no neighbour discovery yet).
+  /// IPv6: neighbour solicitations to the solicited-node group, the same retry schedule.
   NeighborState resolve(const wire::Gid& ip, wire::MacAddr* mac);
   /// The state of `ip` without starting anything (kFailed when unknown).
   NeighborState neighbor_state(const wire::Gid& ip, wire::MacAddr* mac);
@@ -160,6 +160,13 @@ class Engine {
   void send_arp(const wire::ArpRepr& a, const wire::MacAddr& dst);
   void send_arp_request(Neighbor* n);
   void on_neighbor_timeout(Neighbor* n);
+  void learn_neighbor(const wire::Gid& ip, const wire::MacAddr& mac, bool create);
+  bool handle_nd(wire::Bytes frame);
+  void send_nd(uint8_t type, const wire::Ipv6Addr& target, const wire::Ipv6Addr& src,
+               const wire::Ipv6Addr& dst, const wire::MacAddr& dst_mac,
+               const wire::MacAddr& lladdr);
+  static wire::Ipv6Addr solicited_node(const wire::Ipv6Addr& target);
+  static wire::MacAddr solicited_node_mac(const wire::Ipv6Addr& target);
 
   // verbs.cc
   int check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const;

@@ -1,4 +1,6 @@
-// ARP responder and resolver (IPv4 over Ethernet, RFC 826) feeding the neighbour cache.
+// Neighbour resolution feeding the neighbour cache: ARP for IPv4 (RFC 826) and neighbour
+// discovery for IPv6 (RFC 4861: solicitations to the solicited-node multicast group,
+// advertisements with the target link-layer address option).
 #include <algorithm>
 #include <cstring>
 
@@ -57,9 +59,8 @@ NeighborState Engine::resolve(const Gid& ip, MacAddr* mac) {
     return NeighborState::kReachable;
   }
   if (n != nullptr && n->state == NeighborState::kIncomplete) return n->state;
-  if (!is_ipv4_mapped(ip) || !cfg_.ipv4) {
-    // IPv6 neighbour discovery is not implemented yet: only static entries work for IPv6.
-    return NeighborState::kFailed;
+  if (is_ipv4_mapped(ip) ? !cfg_.ipv4 : !cfg_.ipv6) {
+    return NeighborState::kFailed;  // no source address of that family to ask from
   }
   if (n == nullptr) {
     neighbors_.push_back(std::make_unique<Neighbor>());
@@ -77,6 +78,13 @@ NeighborState Engine::resolve(const Gid& ip, MacAddr* mac) {
 void Engine::send_arp_request(Neighbor* n) {
   ++n->tries;
   counters_.inc(Counter::arp_requests_sent);
+  if (!is_ipv4_mapped(n->ip)) {
+    send_nd(kNeighborSolicitation, n->ip, *cfg_.ipv6, solicited_node(n->ip),
+            solicited_node_mac(n->ip), mac_);
+    flush_tx();
+    timers_.arm(n->timer, now_ + kArpRetryNs);
+    return;
+  }
   ArpRepr a;
   a.oper = ArpRepr::kRequest;
   a.sha = mac_;
@@ -127,19 +135,7 @@ bool Engine::handle_arp(Bytes frame) {
   const Gid sender = ipv4_mapped_gid(a.spa);
   const bool for_us = cfg_.ipv4 && a.tpa == *cfg_.ipv4;
   // Learn the sender (RFC 826: update an existing entry; add one when the request is for us).
-  Neighbor* n = find_neighbor(sender);
-  if (n == nullptr && for_us) {
-    neighbors_.push_back(std::make_unique<Neighbor>());
-    n = neighbors_.back().get();
-    n->ip = sender;
-    n->timer.owner = n;
-    n->timer.kind = kTimerNeighbor;
-  }
-  if (n != nullptr && !n->is_static) {
-    n->mac = a.sha;
-    n->state = NeighborState::kReachable;
-    timers_.cancel(n->timer);
-  }
+  learn_neighbor(sender, a.sha, for_us);
   if (for_us && a.oper == ArpRepr::kRequest) {
     ArpRepr r;
     r.oper = ArpRepr::kReply;
@@ -151,6 +147,122 @@ bool Engine::handle_arp(Bytes frame) {
     send_arp(r, a.sha);
   }
   return true;
+}
+
+// ---- IPv6 neighbour discovery -----------------------------------------------------------------
+
+Ipv6Addr Engine::solicited_node(const Ipv6Addr& target) {
+  Ipv6Addr g = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, 0, 0, 0};
+  g[13] = target[13];
+  g[14] = target[14];
+  g[15] = target[15];
+  return g;
+}
+
+MacAddr Engine::solicited_node_mac(const Ipv6Addr& target) {
+  return {0x33, 0x33, 0xff, target[13], target[14], target[15]};
+}
+
+void Engine::send_nd(uint8_t type, const Ipv6Addr& target, const Ipv6Addr& src,
+                     const Ipv6Addr& dst, const MacAddr& dst_mac, const MacAddr& lladdr) {
+  // ICMPv6: type, code, checksum, 4 bytes (reserved / NA flags), target, one link-layer
+  // address option (type 1 source for NS, 2 target for NA; length 1 = 8 bytes).
+  constexpr size_t kIcmpLen = 4 + 4 + 16 + 8;
+  uint8_t icmp[kIcmpLen] = {};
+  icmp[0] = type;
+  if (type == kNeighborAdvertisement) icmp[4] = 0x60;  // solicited + override
+  std::memcpy(icmp + 8, target.data(), 16);
+  icmp[24] = type == kNeighborSolicitation ? 1 : 2;
+  icmp[25] = 1;
+  std::memcpy(icmp + 26, lladdr.data(), 6);
+  // Checksum over the IPv6 pseudo-header and the message.
+  uint8_t pseudo[40 + kIcmpLen] = {};
+  std::memcpy(pseudo, src.data(), 16);
+  std::memcpy(pseudo + 16, dst.data(), 16);
+  pseudo[35] = kIcmpLen;
+  pseudo[39] = kIpProtoIcmpv6;
+  std::memcpy(pseudo + 40, icmp, kIcmpLen);
+  store_be16(icmp + 2, internet_checksum(Bytes(pseudo, sizeof pseudo)));
+
+  Frame* f = tx_alloc();
+  if (f == nullptr) return;
+  EthernetRepr eth;
+  eth.dst = dst_mac;
+  eth.src = mac_;
+  eth.ethertype = kEtherTypeIpv6;
+  if (cfg_.vlan_id != 0) {
+    eth.has_vlan = true;
+    eth.vid = cfg_.vlan_id;
+  }
+  Ipv6Repr ip;
+  ip.src = src;
+  ip.dst = dst;
+  ip.next_header = kIpProtoIcmpv6;
+  ip.hop_limit = 255;  // RFC 4861: anything else proves the packet was routed: ignore it
+  ip.payload_len = kIcmpLen;
+  const size_t hl = eth.header_len();
+  eth.emit(f->room());
+  ip.emit(f->room().subspan(hl));
+  std::memcpy(f->data + hl + Ipv6View::kLen, icmp, kIcmpLen);
+  f->len = static_cast<uint32_t>(hl + Ipv6View::kLen + kIcmpLen);
+  tx_frame(f);
+}
+
+bool Engine::handle_nd(Bytes frame) {
+  EthernetRepr eth;
+  Ipv6Repr ip;
+  if (EthernetRepr::parse(frame, eth) != ParseError::kOk || eth.ethertype != kEtherTypeIpv6)
+    return false;
+  Bytes l3 = frame.subspan(eth.header_len());
+  if (Ipv6Repr::parse(l3, ip) != ParseError::kOk || ip.next_header != kIpProtoIcmpv6)
+    return false;
+  Bytes icmp = Ipv6View(l3).payload();
+  if (icmp.size() < 24 || (icmp[0] != kNeighborSolicitation && icmp[0] != kNeighborAdvertisement))
+    return false;
+  if (ip.hop_limit != 255 || icmp[1] != 0) return true;  // not valid ND: ignore
+  counters_.inc(Counter::arp_received);
+  Ipv6Addr target;
+  std::memcpy(target.data(), icmp.data() + 8, 16);
+  // The link-layer address option (source for NS, target for NA), if present.
+  std::optional<MacAddr> lladdr;
+  for (size_t off = 24; off + 8 <= icmp.size() && icmp[off + 1] != 0;
+       off += size_t{icmp[off + 1]} * 8) {
+    if ((icmp[off] == 1 || icmp[off] == 2) && icmp[off + 1] == 1) {
+      MacAddr m;
+      std::memcpy(m.data(), icmp.data() + off + 2, 6);
+      lladdr = m;
+    }
+  }
+  const bool ours = std::find(gids_.begin(), gids_.end(), target) != gids_.end();
+  if (icmp[0] == kNeighborSolicitation) {
+    if (!ours) return true;
+    const bool dad = std::all_of(ip.src.begin(), ip.src.end(), [](uint8_t b) { return b == 0; });
+    if (lladdr && !dad) learn_neighbor(ip.src, *lladdr, true);
+    counters_.inc(Counter::arp_replies_sent);
+    // Reply from the address asked about, to the asker (or all-nodes for a DAD probe).
+    const Ipv6Addr all_nodes = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01};
+    send_nd(kNeighborAdvertisement, target, target, dad ? all_nodes : ip.src,
+            dad ? MacAddr{0x33, 0x33, 0, 0, 0, 1} : (lladdr ? *lladdr : eth.src), mac_);
+  } else if (lladdr) {
+    learn_neighbor(target, *lladdr, false);
+  }
+  return true;
+}
+
+void Engine::learn_neighbor(const Gid& ip, const MacAddr& mac, bool create) {
+  Neighbor* n = find_neighbor(ip);
+  if (n == nullptr && create) {
+    neighbors_.push_back(std::make_unique<Neighbor>());
+    n = neighbors_.back().get();
+    n->ip = ip;
+    n->timer.owner = n;
+    n->timer.kind = kTimerNeighbor;
+  }
+  if (n != nullptr && !n->is_static) {
+    n->mac = mac;
+    n->state = NeighborState::kReachable;
+    timers_.cancel(n->timer);
+  }
 }
 
 }  // namespace uroce

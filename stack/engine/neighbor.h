@@ -24,6 +24,10 @@ struct Neighbor {
   Timer timer;  // retry timer while incomplete
 };
 
+inline constexpr uint8_t kIpProtoIcmpv6 = 58;
+inline constexpr uint8_t kNeighborSolicitation = 135;
+inline constexpr uint8_t kNeighborAdvertisement = 136;
+
 /// How resolution goes: requests sent, spaced by kArpRetryNs (as Linux: 3 probes, 1 s apart).
 inline constexpr uint8_t kArpTries = 3;
 inline constexpr uint64_t kArpRetryNs = 1'000'000'000;

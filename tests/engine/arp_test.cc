@@ -184,3 +184,65 @@ TEST(Arp, TwoEnginesFindEachOtherAndTalk) {
 
 }  // namespace
 }  // namespace uroce::test
+
+namespace uroce::test {
+namespace {
+
+using namespace wire;
+
+TEST(Nd, TwoEnginesResolveEachOtherOverIpv6) {
+  drivers::MemLink link;
+  const Ipv6Addr ip_a = *parse_ipv6("fd00::a"), ip_b = *parse_ipv6("fd00::b");
+  EngineConfig ca, cb;
+  ca.ipv6 = ip_a;
+  cb.ipv6 = ip_b;
+  Engine a(link.a(), ca), b(link.b(), cb);
+  MacAddr mac{};
+  NeighborState st = a.resolve(ip_b, &mac);
+  EXPECT_EQ(st, NeighborState::kIncomplete);
+  // The solicitation goes to the solicited-node group of fd00::b: 33:33:ff:00:00:0b.
+  ASSERT_EQ(link.b().rx_pending(), 1u);
+  std::array<Frame*, 1> f{};
+  ASSERT_EQ(link.b().rx_burst(0, f), 1);
+  EXPECT_EQ(f[0]->data[0], 0x33);
+  EXPECT_EQ(f[0]->data[5], 0x0b);
+  ParsedPacket p;
+  EXPECT_EQ(parse_frame(f[0]->bytes(), p), ParseError::kNotUdp);
+  EXPECT_EQ(p.hdr.ip6.hop_limit, 255);
+  EXPECT_EQ(p.hdr.ip6.next_header, 58);
+  link.a().tx_burst(0, f);  // put it back on the wire towards B
+  for (uint64_t t = 1000; st == NeighborState::kIncomplete && t < 100'000; t += 1000) {
+    a.poll(t);
+    b.poll(t);
+    st = a.neighbor_state(ip_b, &mac);
+  }
+  ASSERT_EQ(st, NeighborState::kReachable);
+  EXPECT_EQ(mac, link.b().mac());
+  EXPECT_EQ(b.neighbor_state(ip_a, &mac), NeighborState::kReachable);  // learned from the NS
+  EXPECT_EQ(mac, link.a().mac());
+  // GID index 1 is the global IPv6 address when there is no IPv4 one.
+  ibv_gid gid;
+  ASSERT_EQ(a.query_gid(1, 1, &gid), 0);
+  EXPECT_EQ(std::memcmp(gid.raw, ip_a.data(), 16), 0);
+}
+
+TEST(Nd, UnansweredSolicitationFails) {
+  drivers::MemLink link;
+  EngineConfig ca;
+  ca.ipv6 = *parse_ipv6("fd00::a");
+  Engine a(link.a(), ca);
+  MacAddr mac{};
+  const Ipv6Addr nobody = *parse_ipv6("fd00::99");
+  a.resolve(nobody, &mac);
+  uint64_t now = 1000;
+  while (a.neighbor_state(nobody, &mac) == NeighborState::kIncomplete && now < 10'000'000'000) {
+    now = a.next_deadline();
+    a.poll(now);
+  }
+  EXPECT_EQ(a.neighbor_state(nobody, &mac), NeighborState::kFailed);
+  EXPECT_EQ(a.counters()[Counter::arp_requests_sent], 3u);
+  EXPECT_EQ(link.b().rx_pending(), 3u);
+}
+
+}  // namespace
+}  // namespace uroce::test
