@@ -9,6 +9,7 @@ packages=(
   libpcap-dev libisal-dev libgtest-dev       # pcap files, fast CRC, unit tests
   tshark                                     # cross-check of our packets with Wireshark's decoder
   libdpdk-dev libibverbs-dev iproute2        # DPDK port (static), verbs headers, network namespaces
+  ibverbs-utils perftest binutils            # unmodified verbs programs to test the provider with
   gnuplot-nox                                # plots of the benchmark scripts
 )
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <mutex>
 
@@ -67,7 +68,10 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
   const int n = g_ports.fetch_add(1);
   const std::string name = "net_af_packet_uroce" + std::to_string(n);
   const std::string devargs =
-      !cfg.devargs.empty() ? cfg.devargs : name + ",iface=" + cfg.iface + ",qpairs=1";
+      !cfg.devargs.empty()
+          ? cfg.devargs
+          // Frames up to 16 KiB in the af_packet rings (the default 2 KiB would cut jumbo frames); each ring frame must fit an mbuf.
+          : name + ",iface=" + cfg.iface + ",qpairs=1,blocksz=20480,framesz=10240,framecnt=1024";
   const std::string dev_name = devargs.substr(0, devargs.find(','));
   if (rte_dev_probe(devargs.c_str()) < 0) {
     *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) +
@@ -114,6 +118,12 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
   std::copy(mac.addr_bytes, mac.addr_bytes + 6, p->mac_.begin());
   uint16_t mtu = 1500;
   rte_eth_dev_get_mtu(p->port_id_, &mtu);
+  // net_af_packet reports a fixed MTU: the Linux interface's own is the one that counts.
+  if (!cfg.iface.empty()) {
+    std::ifstream f("/sys/class/net/" + cfg.iface + "/mtu");
+    unsigned v = 0;
+    if (f >> v && v >= 576 && v <= 65535) mtu = static_cast<uint16_t>(v);
+  }
   p->max_frame_ = std::min<uint32_t>(cfg.max_frame, uint32_t{mtu} + 18);
   return p;
 }

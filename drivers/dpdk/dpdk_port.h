@@ -25,7 +25,7 @@ struct DpdkConfig {
   uint32_t mbufs = 8191;
   uint16_t rx_desc = 1024;
   uint16_t tx_desc = 1024;
-  uint32_t max_frame = 9018;  // largest frame we will send or accept (jumbo + VLAN)
+  uint32_t max_frame = 10240;  // mbuf data room: a whole af_packet ring frame (jumbo + VLAN fit)
   std::vector<std::string> eal_args;  // extra EAL arguments
 };
 

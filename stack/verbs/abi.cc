@@ -1,0 +1,382 @@
+// The rest of libibverbs.so.1's exported symbols: string and rate helpers, sysfs helpers,
+// fork control, async events, the context's op table — and, for what uroce does not
+// implement yet, explicit EOPNOTSUPP answers (never a crash, never pretending).
+//
+// IBVERBS_PRIVATE_34 (rdma-core's interface to its own provider libraries) is exported only
+// so that libraries like libmlx5, which perftest links, load: their constructors call
+// verbs_register_driver_34(), which we ignore; nothing else there is ever reached for a
+// uroce device.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "uroce/version.h"
+#include "verbs/provider.h"
+
+using namespace uroce;
+using namespace uroce::verbs;
+
+namespace {
+
+template <typename T>
+T* not_supported() {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+// Context ops that verbs.h's inlines call unconditionally: they must exist. Until the data
+// path lands they say "not supported".
+int op_poll_cq(ibv_cq*, int, ibv_wc*) { return -EOPNOTSUPP; }
+int op_req_notify_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+int op_post_send(ibv_qp*, ibv_send_wr* wr, ibv_send_wr** bad) {
+  if (bad != nullptr) *bad = wr;
+  return EOPNOTSUPP;
+}
+int op_post_recv(ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (bad != nullptr) *bad = wr;
+  return EOPNOTSUPP;
+}
+int op_post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (bad != nullptr) *bad = wr;
+  return EOPNOTSUPP;
+}
+int op_bind_mw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
+int op_dealloc_mw(ibv_mw*) { return EOPNOTSUPP; }
+
+int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t len) {
+  ibv_port_attr a;
+  ContextState* s = to_context(context)->state;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (int e = s->engine->query_port(port_num, &a); e != 0) return e;
+  std::memcpy(attr, &a, std::min(len, sizeof a));
+  return 0;
+}
+
+int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
+                       ibv_device_attr_ex* attr, size_t len) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  ibv_device_attr_ex a{};
+  ContextState* s = to_context(context)->state;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->engine->query_device(&a.orig_attr);
+  }
+  a.max_dm_size = 0;
+  std::memcpy(attr, &a, std::min(len, sizeof a));
+  return 0;
+}
+
+}  // namespace
+
+namespace uroce::verbs {
+void install_ops(Context* ctx) {
+  ibv_context_ops& o = ctx->vctx.context.ops;
+  o.poll_cq = op_poll_cq;
+  o.req_notify_cq = op_req_notify_cq;
+  o.post_send = op_post_send;
+  o.post_recv = op_post_recv;
+  o.post_srq_recv = op_post_srq_recv;
+  o.bind_mw = op_bind_mw;
+  o.dealloc_mw = op_dealloc_mw;
+  ctx->vctx.query_port = op_query_port;
+  ctx->vctx.query_device_ex = op_query_device_ex;
+}
+}  // namespace uroce::verbs
+
+extern "C" {
+
+// ---- Strings and rates ------------------------------------------------------------------
+
+const char* ibv_wc_status_str(ibv_wc_status status) {
+  static const char* const kNames[] = {
+      "success", "local length error", "local QP operation error", "local EE context operation error",
+      "local protection error", "Work Request Flushed Error", "memory management operation error",
+      "bad response error", "local access error", "remote invalid request error",
+      "remote access error", "remote operation error", "transport retry counter exceeded",
+      "RNR retry counter exceeded", "local RDD violation error", "remote invalid RD request",
+      "aborted error", "invalid EE context number", "invalid EE context state", "fatal error",
+      "response timeout error", "general error", "TM error", "TM rendezvous incomplete"};
+  const auto i = static_cast<size_t>(status);
+  return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
+}
+
+const char* ibv_event_type_str(ibv_event_type event) {
+  static const char* const kNames[] = {
+      "CQ error", "local work queue catastrophic error", "invalid request local work queue error",
+      "local access violation work queue error", "communication established", "send queue drained",
+      "path migrated", "path migration request error", "local catastrophic error", "port active",
+      "port error", "LID change", "P_Key change", "SM change", "SRQ catastrophic error",
+      "SRQ limit reached", "last WQE reached", "client reregistration", "GID table change",
+      "WQ fatal"};
+  const auto i = static_cast<size_t>(event);
+  return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
+}
+
+const char* ibv_node_type_str(ibv_node_type node_type) {
+  switch (node_type) {
+    case IBV_NODE_CA: return "InfiniBand channel adapter";
+    case IBV_NODE_SWITCH: return "InfiniBand switch";
+    case IBV_NODE_ROUTER: return "InfiniBand router";
+    case IBV_NODE_RNIC: return "iWARP NIC";
+    case IBV_NODE_USNIC: return "usNIC";
+    case IBV_NODE_USNIC_UDP: return "usNIC UDP";
+    case IBV_NODE_UNSPECIFIED: return "unspecified";
+    default: return "unknown";
+  }
+}
+
+const char* ibv_port_state_str(ibv_port_state port_state) {
+  static const char* const kNames[] = {"no state change (NOP)", "down", "init", "armed",
+                                       "active", "active defer"};
+  const auto i = static_cast<size_t>(port_state);
+  return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
+}
+
+// IB static rates: enum value <-> multiple of 2.5 Gb/s <-> Mb/s (IBA table 226).
+namespace {
+struct RateRow {
+  ibv_rate rate;
+  int mult, mbps;
+};
+constexpr RateRow kRates[] = {
+    {IBV_RATE_2_5_GBPS, 1, 2500},      {IBV_RATE_5_GBPS, 2, 5000},
+    {IBV_RATE_10_GBPS, 4, 10000},      {IBV_RATE_20_GBPS, 8, 20000},
+    {IBV_RATE_30_GBPS, 12, 30000},     {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},     {IBV_RATE_80_GBPS, 32, 80000},
+    {IBV_RATE_120_GBPS, 48, 120000},   {IBV_RATE_14_GBPS, 5, 14062},
+    {IBV_RATE_56_GBPS, 22, 56250},     {IBV_RATE_112_GBPS, 45, 112500},
+    {IBV_RATE_168_GBPS, 67, 168750},   {IBV_RATE_25_GBPS, 10, 25781},
+    {IBV_RATE_100_GBPS, 40, 103125},   {IBV_RATE_200_GBPS, 80, 206250},
+    {IBV_RATE_300_GBPS, 120, 309375},  {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},     {IBV_RATE_400_GBPS, 160, 425000},
+    {IBV_RATE_600_GBPS, 240, 637500},
+};
+}  // namespace
+
+int ibv_rate_to_mult(ibv_rate rate) {
+  for (const auto& r : kRates)
+    if (r.rate == rate) return r.mult;
+  return 0;
+}
+ibv_rate mult_to_ibv_rate(int mult) {
+  for (const auto& r : kRates)
+    if (r.mult == mult && r.rate < IBV_RATE_14_GBPS) return r.rate;
+  return IBV_RATE_MAX;
+}
+int ibv_rate_to_mbps(ibv_rate rate) {
+  for (const auto& r : kRates)
+    if (r.rate == rate) return r.mbps;
+  return 0;
+}
+ibv_rate mbps_to_ibv_rate(int mbps) {
+  for (const auto& r : kRates)
+    if (r.mbps == mbps) return r.rate;
+  return IBV_RATE_MAX;
+}
+
+// ---- sysfs helpers ------------------------------------------------------------------------
+// A uroce device has no sysfs directory; its ibdev_path answers a few synthetic files.
+
+const char* ibv_get_sysfs_path(void) { return "/sys"; }
+
+int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
+  for (Device* d : devices()) {
+    if (std::strcmp(dir, d->ibv.ibdev_path) != 0) continue;
+    std::string v;
+    if (!std::strcmp(file, "board_id")) v = "uroce software RoCEv2";
+    else if (!std::strcmp(file, "fw_ver")) v = "uroce " UROCE_VERSION_STRING;
+    else if (!std::strcmp(file, "node_type")) v = "1: CA";
+    else return -1;
+    return std::snprintf(buf, size, "%s", v.c_str());
+  }
+  const std::string path = std::string(dir) + "/" + file;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = read(fd, buf, size);
+  close(fd);
+  if (n < 0) return -1;
+  if (n > 0 && buf[n - 1] == '\n') buf[n - 1] = '\0';
+  if (static_cast<size_t>(n) < size) buf[n] = '\0';
+  return static_cast<int>(n);
+}
+
+int ibv_read_ibdev_sysfs_file(char* buf, size_t size, ibv_device* dev, const char* fmt, ...) {
+  char file[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(file, sizeof file, fmt, ap);
+  va_end(ap);
+  return ibv_read_sysfs_file(dev->ibdev_path, file, buf, size);
+}
+
+// ---- fork -------------------------------------------------------------------------------
+// uroce copies with the CPU and pins nothing, so registered memory survives fork() as any
+// memory does: nothing to set up (the child must not use the parent's verbs objects).
+
+int ibv_fork_init(void) { return 0; }
+int ibv_dontfork_range(void*, size_t) { return 0; }
+int ibv_dofork_range(void*, size_t) { return 0; }
+ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+
+// ---- Async events -------------------------------------------------------------------------
+
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  const ssize_t n = read(context->async_fd, event, sizeof *event);
+  if (n == sizeof *event) return 0;
+  if (n >= 0) errno = EIO;
+  return -1;
+}
+
+void ibv_ack_async_event(ibv_async_event*) {}
+
+// ---- Not supported yet: PD, MR, CQ, SRQ, QP, AH and completion channels -------------------
+
+ibv_pd* ibv_alloc_pd(ibv_context*) { return not_supported<ibv_pd>(); }
+int ibv_dealloc_pd(ibv_pd*) { return EOPNOTSUPP; }
+// (parenthesized: verbs.h defines ibv_reg_mr and ibv_reg_mr_iova as macros too)
+ibv_mr* (ibv_reg_mr)(ibv_pd*, void*, size_t, int) { return not_supported<ibv_mr>(); }
+ibv_mr* (ibv_reg_mr_iova)(ibv_pd*, void*, size_t, uint64_t, int) { return not_supported<ibv_mr>(); }
+ibv_mr* ibv_reg_mr_iova2(ibv_pd*, void*, size_t, uint64_t, unsigned int) {
+  return not_supported<ibv_mr>();
+}
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+  return not_supported<ibv_mr>();
+}
+int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
+int ibv_dereg_mr(ibv_mr*) { return EOPNOTSUPP; }
+ibv_comp_channel* ibv_create_comp_channel(ibv_context*) {
+  return not_supported<ibv_comp_channel>();
+}
+int ibv_destroy_comp_channel(ibv_comp_channel*) { return EOPNOTSUPP; }
+ibv_cq* ibv_create_cq(ibv_context*, int, void*, ibv_comp_channel*, int) {
+  return not_supported<ibv_cq>();
+}
+int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+int ibv_destroy_cq(ibv_cq*) { return EOPNOTSUPP; }
+int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) {
+  errno = EOPNOTSUPP;
+  return -1;
+}
+void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
+ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return not_supported<ibv_srq>(); }
+int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
+int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
+int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+ibv_qp* ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) { return not_supported<ibv_qp>(); }
+int ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) { return EOPNOTSUPP; }
+int ibv_query_qp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) { return EOPNOTSUPP; }
+int ibv_destroy_qp(ibv_qp*) { return EOPNOTSUPP; }
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return not_supported<ibv_qp_ex>(); }
+int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
+ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return not_supported<ibv_ah>(); }
+int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
+int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
+  return EOPNOTSUPP;
+}
+ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
+  return not_supported<ibv_ah>();
+}
+
+// ---- Not supported: multicast, importing objects, ECE, dmabuf, kernel ABI copies -----------
+
+int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+ibv_context* ibv_import_device(int) { return not_supported<ibv_context>(); }
+ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return not_supported<ibv_pd>(); }
+void ibv_unimport_pd(ibv_pd*) {}
+ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return not_supported<ibv_mr>(); }
+void ibv_unimport_mr(ibv_mr*) {}
+ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return not_supported<ibv_dm>(); }
+void ibv_unimport_dm(ibv_dm*) {}
+int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) {
+  return EOPNOTSUPP;
+}
+void ibv_copy_ah_attr_from_kern(void*, void*) {}
+void ibv_copy_qp_attr_from_kern(void*, void*) {}
+void ibv_copy_path_rec_from_kern(void*, void*) {}
+void ibv_copy_path_rec_to_kern(void*, void*) {}
+
+// ---- IBVERBS_PRIVATE_34: for rdma-core's own provider libraries only -----------------------
+
+bool verbs_allow_disassociate_destroy = false;
+void verbs_register_driver_34(const void*) {}  // provider libraries register here: ignored
+void __verbs_log(void*, uint32_t, const char*, ...) {}
+int verbs_set_ops() { return EOPNOTSUPP; }
+int verbs_init_cq() { return EOPNOTSUPP; }
+int verbs_open_device() { return EOPNOTSUPP; }
+int verbs_uninit_context() { return EOPNOTSUPP; }
+void* _verbs_init_and_alloc_context() { return not_supported<void>(); }
+int execute_ioctl() { return EOPNOTSUPP; }
+int __ioctl_final_num_attrs() { return EOPNOTSUPP; }
+
+#define UROCE_CMD_STUB(name) \
+  int name() { return EOPNOTSUPP; }
+UROCE_CMD_STUB(ibv_cmd_advise_mr)
+UROCE_CMD_STUB(ibv_cmd_alloc_dm)
+UROCE_CMD_STUB(ibv_cmd_alloc_mw)
+UROCE_CMD_STUB(ibv_cmd_alloc_pd)
+UROCE_CMD_STUB(ibv_cmd_attach_mcast)
+UROCE_CMD_STUB(ibv_cmd_close_xrcd)
+UROCE_CMD_STUB(ibv_cmd_create_ah)
+UROCE_CMD_STUB(ibv_cmd_create_counters)
+UROCE_CMD_STUB(ibv_cmd_create_cq)
+UROCE_CMD_STUB(ibv_cmd_create_cq_ex)
+UROCE_CMD_STUB(ibv_cmd_create_flow)
+UROCE_CMD_STUB(ibv_cmd_create_flow_action_esp)
+UROCE_CMD_STUB(ibv_cmd_create_qp)
+UROCE_CMD_STUB(ibv_cmd_create_qp_ex2)
+UROCE_CMD_STUB(ibv_cmd_create_qp_ex)
+UROCE_CMD_STUB(ibv_cmd_create_rwq_ind_table)
+UROCE_CMD_STUB(ibv_cmd_create_srq)
+UROCE_CMD_STUB(ibv_cmd_create_srq_ex)
+UROCE_CMD_STUB(ibv_cmd_create_wq)
+UROCE_CMD_STUB(ibv_cmd_dealloc_mw)
+UROCE_CMD_STUB(ibv_cmd_dealloc_pd)
+UROCE_CMD_STUB(ibv_cmd_dereg_mr)
+UROCE_CMD_STUB(ibv_cmd_destroy_ah)
+UROCE_CMD_STUB(ibv_cmd_destroy_counters)
+UROCE_CMD_STUB(ibv_cmd_destroy_cq)
+UROCE_CMD_STUB(ibv_cmd_destroy_flow)
+UROCE_CMD_STUB(ibv_cmd_destroy_flow_action)
+UROCE_CMD_STUB(ibv_cmd_destroy_qp)
+UROCE_CMD_STUB(ibv_cmd_destroy_rwq_ind_table)
+UROCE_CMD_STUB(ibv_cmd_destroy_srq)
+UROCE_CMD_STUB(ibv_cmd_destroy_wq)
+UROCE_CMD_STUB(ibv_cmd_detach_mcast)
+UROCE_CMD_STUB(ibv_cmd_free_dm)
+UROCE_CMD_STUB(ibv_cmd_get_context)
+UROCE_CMD_STUB(ibv_cmd_modify_cq)
+UROCE_CMD_STUB(ibv_cmd_modify_flow_action_esp)
+UROCE_CMD_STUB(ibv_cmd_modify_qp)
+UROCE_CMD_STUB(ibv_cmd_modify_qp_ex)
+UROCE_CMD_STUB(ibv_cmd_modify_srq)
+UROCE_CMD_STUB(ibv_cmd_modify_wq)
+UROCE_CMD_STUB(ibv_cmd_open_qp)
+UROCE_CMD_STUB(ibv_cmd_open_xrcd)
+UROCE_CMD_STUB(ibv_cmd_poll_cq)
+UROCE_CMD_STUB(ibv_cmd_post_recv)
+UROCE_CMD_STUB(ibv_cmd_post_send)
+UROCE_CMD_STUB(ibv_cmd_post_srq_recv)
+UROCE_CMD_STUB(ibv_cmd_query_context)
+UROCE_CMD_STUB(ibv_cmd_query_device_any)
+UROCE_CMD_STUB(ibv_cmd_query_mr)
+UROCE_CMD_STUB(ibv_cmd_query_port)
+UROCE_CMD_STUB(ibv_cmd_query_qp)
+UROCE_CMD_STUB(ibv_cmd_query_srq)
+UROCE_CMD_STUB(ibv_cmd_read_counters)
+UROCE_CMD_STUB(ibv_cmd_reg_dm_mr)
+UROCE_CMD_STUB(ibv_cmd_reg_dmabuf_mr)
+UROCE_CMD_STUB(ibv_cmd_reg_mr)
+UROCE_CMD_STUB(ibv_cmd_req_notify_cq)
+UROCE_CMD_STUB(ibv_cmd_rereg_mr)
+UROCE_CMD_STUB(ibv_cmd_resize_cq)
+#undef UROCE_CMD_STUB
+
+}  // extern "C"

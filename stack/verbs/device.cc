@@ -1,0 +1,304 @@
+// Devices and contexts: the device list from the configuration, opening a device (port,
+// engine, progress thread), and the device-level queries.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "dpdk/dpdk_port.h"
+#include "trace/pcap_trace.h"
+#include "verbs/provider.h"
+
+namespace uroce::verbs {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+namespace {
+
+/// A GUID from the interface's MAC (EUI-64), or from the device name for DPDK devargs.
+uint64_t make_guid(const config::DeviceConfig& cfg) {
+  std::ifstream f("/sys/class/net/" + cfg.iface + "/address");
+  std::string text;
+  if (!cfg.iface.empty() && (f >> text)) {
+    if (auto mac = wire::parse_mac(text)) {
+      const auto& m = *mac;
+      return uint64_t{static_cast<uint8_t>(m[0] ^ 0x02)} << 56 | uint64_t{m[1]} << 48 |
+             uint64_t{m[2]} << 40 | uint64_t{0xfffe} << 24 | uint64_t{m[3]} << 16 |
+             uint64_t{m[4]} << 8 | m[5];
+    }
+  }
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name
+  for (char c : cfg.name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+std::vector<Device*> build_devices() {
+  std::vector<Device*> out;
+  config::Config cfg;
+  std::string err;
+  if (!config::load(config::process_env(), &cfg, &err)) {
+    std::fprintf(stderr, "uroce: %s\n", err.c_str());
+    return out;
+  }
+  for (const auto& dc : cfg.devices) {
+    auto* d = new Device{};  // lives until exit: applications keep ibv_device pointers
+    d->cfg = dc;
+    d->index = static_cast<int>(out.size());
+    d->guid = make_guid(dc);
+    d->ibv.node_type = IBV_NODE_CA;
+    d->ibv.transport_type = IBV_TRANSPORT_IB;  // RoCE devices report IB; the port says Ethernet
+    std::snprintf(d->ibv.name, sizeof d->ibv.name, "%s", dc.name.c_str());
+    std::snprintf(d->ibv.dev_name, sizeof d->ibv.dev_name, "uverbs-%s", dc.name.c_str());
+    std::snprintf(d->ibv.dev_path, sizeof d->ibv.dev_path, "/sys/class/infiniband_verbs/uverbs-%s",
+                  dc.name.c_str());
+    std::snprintf(d->ibv.ibdev_path, sizeof d->ibv.ibdev_path, "/sys/class/infiniband/%s",
+                  dc.name.c_str());
+    out.push_back(d);
+  }
+  return out;
+}
+
+void progress_loop(ContextState* s) {
+  // Poll while there is work; back off to short sleeps when idle so an idle process does
+  // not burn a core (the data path also polls inline from the application's threads).
+  uint32_t idle = 0;
+  while (!s->stop.load(std::memory_order_relaxed)) {
+    size_t work;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      work = s->engine->poll(now_ns());
+      AsyncEvent ev;
+      while (s->engine->pop_async_event(&ev)) {
+        ibv_async_event out{};
+        out.event_type = ev.type;
+        if (ev.qp != nullptr) out.element.qp = &ev.qp->ibv;
+        if (ev.cq != nullptr) out.element.cq = &ev.cq->ibv;
+        if (ev.srq != nullptr) out.element.srq = &ev.srq->ibv;
+        if (write(s->async_pipe[1], &out, sizeof out) != sizeof out) break;
+      }
+    }
+    if (work != 0) {
+      idle = 0;
+    } else if (++idle > 1000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(idle > 100000 ? 1000 : 50));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<Device*>& devices() {
+  static const std::vector<Device*> list = build_devices();
+  return list;
+}
+
+}  // namespace uroce::verbs
+
+using namespace uroce;
+using namespace uroce::verbs;
+
+extern "C" {
+
+ibv_device** ibv_get_device_list(int* num_devices) {
+  const auto& list = devices();
+  auto** out = static_cast<ibv_device**>(calloc(list.size() + 1, sizeof(ibv_device*)));
+  if (out == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  for (size_t i = 0; i < list.size(); ++i) out[i] = &list[i]->ibv;
+  if (num_devices != nullptr) *num_devices = static_cast<int>(list.size());
+  return out;
+}
+
+void ibv_free_device_list(ibv_device** list) { free(list); }
+
+const char* ibv_get_device_name(ibv_device* device) { return device->name; }
+
+__be64 ibv_get_device_guid(ibv_device* device) {
+  return __builtin_bswap64(to_device(device)->guid);
+}
+
+int ibv_get_device_index(ibv_device* device) { return to_device(device)->index; }
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  Device* d = to_device(device);
+  config::DeviceConfig dc = d->cfg;
+  std::string err;
+  if (!config::fill_addresses(&dc, &err)) {
+    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto state = std::make_unique<ContextState>();
+  drivers::DpdkConfig pc;
+  pc.iface = dc.iface;
+  pc.devargs = dc.devargs;
+  state->port = drivers::DpdkPort::open(pc, &err);
+  if (!state->port) {
+    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
+    errno = ENODEV;
+    return nullptr;
+  }
+  Port* port = state->port.get();
+  if (!dc.pcap.empty()) {
+    auto trace = std::make_unique<drivers::PcapTrace>(*port, dc.pcap);
+    if (!trace->ok()) {
+      std::fprintf(stderr, "uroce: %s: pcap %s: %s\n", dc.name.c_str(), dc.pcap.c_str(),
+                   trace->error().c_str());
+      errno = EINVAL;
+      return nullptr;
+    }
+    port = trace.get();
+    state->trace = std::move(trace);
+  }
+  EngineConfig ec;
+  ec.ipv4 = dc.ipv4;
+  ec.ipv6 = dc.ipv6;
+  ec.vlan_id = dc.vlan;
+  ec.active_mtu = static_cast<ibv_mtu>(std::countr_zero(dc.mtu) - 7);
+  ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
+  ec.node_guid = d->guid;
+  state->engine = std::make_unique<Engine>(*port, ec);
+  if (pipe2(state->async_pipe, O_CLOEXEC) != 0) {
+    errno = EMFILE;
+    return nullptr;
+  }
+
+  auto* ctx = static_cast<Context*>(calloc(1, sizeof(Context)));
+  if (ctx == nullptr) {
+    close(state->async_pipe[0]);
+    close(state->async_pipe[1]);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  ibv_context& c = ctx->vctx.context;
+  c.device = device;
+  c.cmd_fd = -1;
+  c.async_fd = state->async_pipe[0];
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  ctx->vctx.sz = sizeof(verbs_context);
+  install_ops(ctx);
+  ContextState* s = state.release();
+  ctx->state = s;
+  s->progress = std::thread(progress_loop, s);
+  return &c;
+}
+
+int ibv_close_device(ibv_context* context) {
+  Context* ctx = to_context(context);
+  ContextState* s = ctx->state;
+  s->stop = true;
+  if (s->progress.joinable()) s->progress.join();
+  close(s->async_pipe[0]);
+  close(s->async_pipe[1]);
+  s->engine.reset();
+  s->trace.reset();
+  s->port.reset();
+  delete s;
+  pthread_mutex_destroy(&context->mutex);
+  free(ctx);
+  return 0;
+}
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  ContextState* s = to_context(context)->state;
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->engine->query_device(attr);
+  return 0;
+}
+
+// The exported ibv_query_port takes the old 48-byte port attribute struct (without
+// port_cap_flags2); the header's inline calls the context's query_port op when present.
+int (ibv_query_port)(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* port_attr) {
+  ibv_port_attr a;
+  ContextState* s = to_context(context)->state;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (int e = s->engine->query_port(port_num, &a); e != 0) return e;
+  std::memcpy(static_cast<void*>(port_attr), &a, offsetof(ibv_port_attr, port_cap_flags2));
+  return 0;
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
+  ContextState* s = to_context(context)->state;
+  std::lock_guard<std::mutex> lock(s->mu);
+  return s->engine->query_gid(port_num, index, gid) == 0 ? 0 : -1;
+}
+
+int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  ContextState* s = to_context(context)->state;
+  std::lock_guard<std::mutex> lock(s->mu);
+  uint16_t p;
+  if (s->engine->query_pkey(port_num, index, &p) != 0) return -1;
+  *pkey = __builtin_bswap16(p);
+  return 0;
+}
+
+int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
+  __be16 p;
+  if (ibv_query_pkey(context, port_num, 0, &p) == 0 && p == pkey) return 0;
+  errno = ENOENT;
+  return -1;
+}
+
+// rdma-core private: the GID type as sysfs reports it (0 IB/RoCE v1, 1 RoCE v2).
+int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
+                       int* type) {
+  ibv_gid g;
+  if (ibv_query_gid(context, port_num, static_cast<int>(index), &g) != 0) return -1;
+  *type = 1;  // every uroce GID is a RoCEv2 GID
+  return 0;
+}
+
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                             uint32_t flags, size_t entry_size);
+
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                      ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  ibv_gid g;
+  if (port_num > 255 || gid_index > INT32_MAX ||
+      ibv_query_gid(context, static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &g) != 0)
+    return EINVAL;
+  *entry = ibv_gid_entry{};
+  entry->gid = g;
+  entry->gid_index = gid_index;
+  entry->port_num = port_num;
+  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+  entry->ndev_ifindex = 0;
+  return 0;
+}
+
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                             uint32_t flags, size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) {
+    errno = EINVAL;
+    return -EINVAL;
+  }
+  ContextState* s = to_context(context)->state;
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    n = static_cast<size_t>(s->engine->gid_count());
+  }
+  if (n > max_entries) return -EINVAL;
+  for (size_t i = 0; i < n; ++i) {
+    auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
+    if (int rc = _ibv_query_gid_ex(context, 1, static_cast<uint32_t>(i), e, 0, entry_size))
+      return -rc;
+  }
+  return static_cast<ssize_t>(n);
+}
+
+}  // extern "C"

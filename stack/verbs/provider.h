@@ -1,0 +1,62 @@
+// uroce's libibverbs.so.1: the objects behind the verbs handles an application holds.
+//
+// The application sees rdma-core's structs (ibv_device, ibv_context, ...); each is the first
+// member (or, for ibv_context, the last member of a verbs_context that is itself first) of
+// ours, so a handle converts back with a cast. The C++ state lives behind a pointer.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "config/config.h"
+#include "engine/engine.h"
+
+namespace uroce::verbs {
+
+struct Device {
+  ibv_device ibv;
+  uint8_t reserved[64];  // provider libraries (libmlx5, libefa) peek just past ibv_device
+  config::DeviceConfig cfg;
+  uint64_t guid = 0;  // host order
+  int index = 0;
+};
+
+struct ContextState;
+
+struct Context {
+  verbs_context vctx;  // first; vctx.context (its last member) is the ibv_context handed out
+  ContextState* state;
+};
+
+inline Context* to_context(ibv_context* c) {
+  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
+}
+inline Device* to_device(ibv_device* d) { return reinterpret_cast<Device*>(d); }
+
+/// Per open device: the port, the engine, the lock that serializes every engine call, and
+/// the progress thread that polls the engine while the application is busy elsewhere.
+struct ContextState {
+  std::unique_ptr<Port> port;
+  std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
+  std::unique_ptr<Engine> engine;
+  std::mutex mu;
+  std::thread progress;
+  std::atomic<bool> stop{false};
+  int async_pipe[2] = {-1, -1};
+};
+
+/// Monotonic time in ns: the engine's clock in production.
+uint64_t now_ns();
+
+/// The device list (built once, from the configuration; lives until exit).
+const std::vector<Device*>& devices();
+
+/// Fills the context's op table and extended ops (abi.cc).
+void install_ops(Context* ctx);
+
+}  // namespace uroce::verbs

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Unmodified rdma-core tools on uroce's libibverbs.so.1:
+#   1. the library exports exactly the symbol versions of Debian's libibverbs.so.1;
+#   2. ibv_devices lists the configured device; a bad setting prints one clear line;
+#   3. ibv_devinfo -v (in a network namespace with a veth end) shows the RoCEv2 port.
+# Usage: verbs_tools.sh LIBDIR. Needs root for step 3 (skipped with exit 77 otherwise).
+set -euo pipefail
+lib=$1
+fail() { echo "FAIL: $*"; exit 1; }
+command -v ibv_devinfo >/dev/null || { echo "SKIP: ibverbs-utils not installed"; exit 77; }
+
+sym() { objdump -T "$1" | awk '/IBVERBS/ && $4!="*ABS*" && $6 !~ /^\(/ {print $3,$6,$7}' | sort -k3; }
+diff <(sym "$lib/libibverbs.so.1") <(sym /usr/lib/x86_64-linux-gnu/libibverbs.so.1) \
+  || fail "exported symbols differ from Debian's libibverbs.so.1"
+echo "ok: exported symbol versions match Debian's libibverbs.so.1"
+
+export LD_LIBRARY_PATH=$lib
+LD_LIBRARY_PATH=$lib ldd "$(command -v ibv_devices)" | grep -q "$lib/libibverbs.so.1" \
+  || fail "ibv_devices does not load our library"
+out=$(UROCE_CONFIG=/nonexistent/none UROCE_IFACE=lo ibv_devices 2>&1 || true)
+[ -n "$out" ] || fail "no output"
+out=$(env -u UROCE_CONFIG UROCE_IFACE=lo ibv_devices)
+echo "$out" | grep -qE '^\s+uroce0\s+[0-9a-f]{16}$' || fail "ibv_devices did not list uroce0: $out"
+echo "ok: ibv_devices lists uroce0"
+err=$(UROCE_IFACE=lo UROCE_MTU=9000 ibv_devices 2>&1 >/dev/null || true)
+[ "$err" = "uroce: environment UROCE_MTU: mtu '9000' must be 256, 512, 1024, 2048 or 4096" ] \
+  || fail "bad config message: '$err'"
+echo "ok: a bad setting gives one line: $err"
+# ib_write_bw links libmlx5/libefa/librdmacm: with our library it must still start.
+ib_write_bw --help >/dev/null 2>&1 || [ $? -ne 127 ] || fail "ib_write_bw does not load"
+echo "ok: perftest loads against our library"
+
+if [ "$(id -u)" -ne 0 ]; then echo "SKIP: ibv_devinfo part needs root (network namespaces)"; exit 77; fi
+ns=uv$$
+cleanup() { ip netns del "$ns" 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns add "$ns"
+ip link add "${ns}a" type veth peer name "${ns}b"
+ip link set "${ns}a" netns "$ns"
+ip -n "$ns" link set "${ns}a" up
+ip -n "$ns" addr add 10.97.0.1/24 dev "${ns}a"
+info=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo -v)
+for want in 'hca_id:\s+uroce0' 'transport:\s+InfiniBand \(0\)' 'state:\s+PORT_ACTIVE' \
+            'link_layer:\s+Ethernet' 'GID\[\s*1\]:\s+::ffff:10.97.0.1, RoCE v2' \
+            'active_mtu:\s+1024 \(3\)' 'atomic_cap:\s+ATOMIC_HCA'; do
+  echo "$info" | grep -qE "$want" || fail "ibv_devinfo -v lacks /$want/:
+$info"
+done
+echo "ok: ibv_devinfo -v shows uroce0 with a RoCEv2 GID for 10.97.0.1 (1500-byte link: MTU 1024)"
+# A jumbo link offers the 4096-byte RoCE MTU.
+ip -n "$ns" link set "${ns}a" mtu 9000
+ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo | grep -qE 'active_mtu:\s+4096 \(5\)' \
+  || fail "a 9000-byte link should give active_mtu 4096"
+echo "ok: a 9000-byte link gives active_mtu 4096"
