@@ -93,6 +93,8 @@ class Engine {
   mem::Pd* alloc_pd();
   int dealloc_pd(mem::Pd* pd);
   mem::Mr* reg_mr(mem::Pd* pd, void* addr, size_t length, int access);
+  /// The peer addresses the region as [iova, iova + length) (ibv_reg_mr_iova2).
+  mem::Mr* reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
   int dereg_mr(mem::Mr* mr);
   Cq* create_cq(int cqe);
   int destroy_cq(Cq* cq);

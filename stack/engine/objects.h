@@ -30,6 +30,9 @@ struct Cq {
   bool overflowed = false;  // a completion was lost: the CQ is in error (IBA 11.4.2.1)
   uint32_t users = 0;       // QPs attached
   uint64_t notify_gen = 0;  // bumped when a completion lands (for completion channels)
+  // Completion-channel arming, kept here for the verbs provider (the engine ignores it).
+  bool notify_armed = false;
+  uint64_t notify_seen = 0;
 };
 
 struct Sge {

@@ -146,6 +146,11 @@ int Engine::dealloc_pd(mem::Pd* pd) {
 }
 
 mem::Mr* Engine::reg_mr(mem::Pd* pd, void* addr, size_t length, int access) {
+  return reg_mr_iova(pd, addr, length, reinterpret_cast<uint64_t>(addr), access);
+}
+
+mem::Mr* Engine::reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova,
+                             int access) {
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                              IBV_ACCESS_RELAXED_ORDERING;
@@ -155,7 +160,7 @@ mem::Mr* Engine::reg_mr(mem::Pd* pd, void* addr, size_t length, int access) {
                 : EINVAL;
     return nullptr;
   }
-  return mrs_.reg(pd, addr, length, reinterpret_cast<uint64_t>(addr), access);
+  return mrs_.reg(pd, addr, length, iova, access);
 }
 
 int Engine::dereg_mr(mem::Mr* mr) { return mrs_.dereg(mr); }

@@ -29,22 +29,7 @@ T* not_supported() {
   return nullptr;
 }
 
-// Context ops that verbs.h's inlines call unconditionally: they must exist. Until the data
-// path lands they say "not supported".
-int op_poll_cq(ibv_cq*, int, ibv_wc*) { return -EOPNOTSUPP; }
-int op_req_notify_cq(ibv_cq*, int) { return EOPNOTSUPP; }
-int op_post_send(ibv_qp*, ibv_send_wr* wr, ibv_send_wr** bad) {
-  if (bad != nullptr) *bad = wr;
-  return EOPNOTSUPP;
-}
-int op_post_recv(ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  if (bad != nullptr) *bad = wr;
-  return EOPNOTSUPP;
-}
-int op_post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  if (bad != nullptr) *bad = wr;
-  return EOPNOTSUPP;
-}
+// Memory windows are not supported; the inlines call these ops unconditionally.
 int op_bind_mw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
 int op_dealloc_mw(ibv_mw*) { return EOPNOTSUPP; }
 
@@ -76,11 +61,7 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
 namespace uroce::verbs {
 void install_ops(Context* ctx) {
   ibv_context_ops& o = ctx->vctx.context.ops;
-  o.poll_cq = op_poll_cq;
-  o.req_notify_cq = op_req_notify_cq;
-  o.post_send = op_post_send;
-  o.post_recv = op_post_recv;
-  o.post_srq_recv = op_post_srq_recv;
+  install_data_ops(&o);
   o.bind_mw = op_bind_mw;
   o.dealloc_mw = op_dealloc_mw;
   ctx->vctx.query_port = op_query_port;
@@ -234,47 +215,14 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
 
 void ibv_ack_async_event(ibv_async_event*) {}
 
-// ---- Not supported yet: PD, MR, CQ, SRQ, QP, AH and completion channels -------------------
+// ---- Not supported yet: the extended QP API, AHs from work completions --------------------
 
-ibv_pd* ibv_alloc_pd(ibv_context*) { return not_supported<ibv_pd>(); }
-int ibv_dealloc_pd(ibv_pd*) { return EOPNOTSUPP; }
-// (parenthesized: verbs.h defines ibv_reg_mr and ibv_reg_mr_iova as macros too)
-ibv_mr* (ibv_reg_mr)(ibv_pd*, void*, size_t, int) { return not_supported<ibv_mr>(); }
-ibv_mr* (ibv_reg_mr_iova)(ibv_pd*, void*, size_t, uint64_t, int) { return not_supported<ibv_mr>(); }
-ibv_mr* ibv_reg_mr_iova2(ibv_pd*, void*, size_t, uint64_t, unsigned int) {
-  return not_supported<ibv_mr>();
-}
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return not_supported<ibv_qp_ex>(); }
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   return not_supported<ibv_mr>();
 }
 int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
-int ibv_dereg_mr(ibv_mr*) { return EOPNOTSUPP; }
-ibv_comp_channel* ibv_create_comp_channel(ibv_context*) {
-  return not_supported<ibv_comp_channel>();
-}
-int ibv_destroy_comp_channel(ibv_comp_channel*) { return EOPNOTSUPP; }
-ibv_cq* ibv_create_cq(ibv_context*, int, void*, ibv_comp_channel*, int) {
-  return not_supported<ibv_cq>();
-}
-int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
-int ibv_destroy_cq(ibv_cq*) { return EOPNOTSUPP; }
-int ibv_get_cq_event(ibv_comp_channel*, ibv_cq**, void**) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-void ibv_ack_cq_events(ibv_cq*, unsigned int) {}
-ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return not_supported<ibv_srq>(); }
-int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
-int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
-ibv_qp* ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) { return not_supported<ibv_qp>(); }
-int ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_qp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) { return EOPNOTSUPP; }
-int ibv_destroy_qp(ibv_qp*) { return EOPNOTSUPP; }
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return not_supported<ibv_qp_ex>(); }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
-ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return not_supported<ibv_ah>(); }
-int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
 int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
   return EOPNOTSUPP;
 }

@@ -1,6 +1,10 @@
 // Devices and contexts: the device list from the configuration, opening a device (port,
 // engine, progress thread), and the device-level queries.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +14,7 @@
 
 #include "dpdk/dpdk_port.h"
 #include "trace/pcap_trace.h"
+#include "wire/udp.h"
 #include "verbs/provider.h"
 
 namespace uroce::verbs {
@@ -65,15 +70,52 @@ std::vector<Device*> build_devices() {
   return out;
 }
 
+/// The Linux kernel sees our UDP 4791 traffic too (the interface is shared with DPDK's
+/// af_packet) and would answer every packet with ICMP port unreachable. A socket bound to
+/// port 4791 whose filter drops everything makes it keep quiet: the kernel finds a socket,
+/// the filter discards the copy, no ICMP. Returns -1 if that is not possible (then the
+/// ICMP noise is harmless: the peer ignores it).
+int silence_kernel(const config::DeviceConfig& dc) {
+  sock_filter drop_all = {BPF_RET | BPF_K, 0, 0, 0};
+  sock_fprog prog = {1, &drop_all};
+  const bool v4 = dc.ipv4.has_value();
+  const int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  int rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
+  if (rc == 0 && v4) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a.sin_addr, dc.ipv4->data(), 4);
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else if (rc == 0) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a.sin6_addr, dc.ipv6->data(), 16);
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 void progress_loop(ContextState* s) {
-  // Poll while there is work; back off to short sleeps when idle so an idle process does
-  // not burn a core (the data path also polls inline from the application's threads).
+  // Adaptive: poll flat out while there is work; when an application thread is busy-polling
+  // its CQ it drives the engine itself, so step aside (sleep) instead of competing for the
+  // CPU; when everything is idle, back off to 1 ms sleeps so an idle process costs nothing.
   uint32_t idle = 0;
   while (!s->stop.load(std::memory_order_relaxed)) {
     size_t work;
     {
       std::lock_guard<std::mutex> lock(s->mu);
       work = s->engine->poll(now_ns());
+      progress_hook(s);
       AsyncEvent ev;
       while (s->engine->pop_async_event(&ev)) {
         ibv_async_event out{};
@@ -84,12 +126,19 @@ void progress_loop(ContextState* s) {
         if (write(s->async_pipe[1], &out, sizeof out) != sizeof out) break;
       }
     }
-    if (work != 0) {
+    const bool app_polling =
+        now_ns() - s->last_app_poll.load(std::memory_order_relaxed) < 1'000'000;
+    if (work != 0 && !app_polling) {
       idle = 0;
-    } else if (++idle > 1000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(idle > 100000 ? 1000 : 50));
-    } else {
+      continue;
+    }
+    ++idle;
+    if (app_polling) {
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    } else if (idle < 64) {
       std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(idle > 20000 ? 1000 : 20));
     }
   }
 }
@@ -169,6 +218,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
   ec.node_guid = d->guid;
   state->engine = std::make_unique<Engine>(*port, ec);
+  state->quiet_fd = silence_kernel(dc);
   if (pipe2(state->async_pipe, O_CLOEXEC) != 0) {
     errno = EMFILE;
     return nullptr;
@@ -203,6 +253,7 @@ int ibv_close_device(ibv_context* context) {
   if (s->progress.joinable()) s->progress.join();
   close(s->async_pipe[0]);
   close(s->async_pipe[1]);
+  if (s->quiet_fd >= 0) close(s->quiet_fd);
   s->engine.reset();
   s->trace.reset();
   s->port.reset();

@@ -47,7 +47,10 @@ struct ContextState {
   std::mutex mu;
   std::thread progress;
   std::atomic<bool> stop{false};
+  std::atomic<uint64_t> last_app_poll{0};  // when an application thread last polled a CQ
   int async_pipe[2] = {-1, -1};
+  int quiet_fd = -1;  // UDP 4791 socket that keeps the kernel from answering our traffic
+  std::vector<Cq*> armed;  // CQs armed with ibv_req_notify_cq (under mu)
 };
 
 /// Monotonic time in ns: the engine's clock in production.
@@ -56,7 +59,10 @@ uint64_t now_ns();
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();
 
-/// Fills the context's op table and extended ops (abi.cc).
+/// Fills the context's op table and extended ops (abi.cc, objects.cc).
 void install_ops(Context* ctx);
+void install_data_ops(ibv_context_ops* ops);
+/// Called by the progress thread after each engine poll, with the lock held.
+void progress_hook(ContextState* s);
 
 }  // namespace uroce::verbs

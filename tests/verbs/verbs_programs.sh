@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Unmodified Debian verbs programs over uroce between two network namespaces joined by a veth
+# pair: server in one, client in the other, both on uroce's libibverbs.so.1 (net_af_packet).
+# Checks that both sides exit 0 and report their figures.
+# Usage: verbs_programs.sh LIBDIR. Needs root (exit 77 = skipped otherwise).
+set -euo pipefail
+lib=$1
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
+command -v ibv_rc_pingpong >/dev/null && command -v ib_write_bw >/dev/null \
+  || { echo "SKIP: ibverbs-utils / perftest not installed"; exit 77; }
+tag=p$$
+nsA=${tag}a nsB=${tag}b
+dir=$(mktemp -d)
+cleanup() {
+  ip netns pids "$nsB" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$nsA" 2>/dev/null || true; ip netns del "$nsB" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+ip netns add "$nsA"; ip netns add "$nsB"
+ip link add "${tag}va" type veth peer name "${tag}vb"
+ip link set "${tag}va" netns "$nsA"; ip link set "${tag}vb" netns "$nsB"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "${tag}va" up; ip -n "$nsB" link set "${tag}vb" up
+ip -n "$nsA" addr add 10.95.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.95.0.2/24 dev "${tag}vb"
+
+run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
+  local name=$1; shift
+  local args=() ; while [ "$1" != "--" ]; do args+=("$1"); shift; done; shift
+  ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
+    timeout 60 "${args[@]}" >"$dir/server.log" 2>&1 &
+  local server=$!
+  sleep 1
+  if ! ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
+      timeout 60 "${args[@]}" "$@" 10.95.0.2 >"$dir/client.log" 2>&1; then
+    echo "FAIL: $name client"; cat "$dir/client.log"; cat "$dir/server.log"; exit 1
+  fi
+  if ! wait "$server"; then echo "FAIL: $name server"; cat "$dir/server.log"; exit 1; fi
+  echo "ok: $name: $(grep -E 'iters in|^ [0-9]+ +[0-9]+' "$dir/client.log" | tail -1 | tr -s ' ')"
+}
+
+run_pair ibv_rc_pingpong ibv_rc_pingpong -d uroce0 -g 1 -n 200 --
+run_pair "ibv_rc_pingpong -e" ibv_rc_pingpong -d uroce0 -g 1 -n 100 -e --
+run_pair ibv_uc_pingpong ibv_uc_pingpong -d uroce0 -g 1 -n 100 --
+run_pair ibv_ud_pingpong ibv_ud_pingpong -d uroce0 -g 1 -n 100 --
+run_pair ibv_srq_pingpong ibv_srq_pingpong -d uroce0 -g 1 -n 100 --
+run_pair "ib_write_bw 64 KiB" ib_write_bw -d uroce0 -x 1 -s 65536 -n 200 --
