@@ -36,7 +36,10 @@ run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
     echo "FAIL: $name client"; cat "$dir/client.log"; cat "$dir/server.log"; exit 1
   fi
   if ! wait "$server"; then echo "FAIL: $name server"; cat "$dir/server.log"; exit 1; fi
-  echo "ok: $name: $(grep -E 'iters in|^ [0-9]+ +[0-9]+' "$dir/client.log" | tail -1 | tr -s ' ')"
+  local result
+  result=$(grep -E 'iters in|^ [0-9]+ +[0-9]+' "$dir/client.log" | tail -1 | tr -s ' \t' ' ')
+  [ -n "$result" ] || { echo "FAIL: $name printed no result"; cat "$dir/client.log"; exit 1; }
+  echo "ok: $name: $result"
 }
 
 run_pair ibv_rc_pingpong ibv_rc_pingpong -d uroce0 -g 1 -n 200 --
@@ -45,3 +48,13 @@ run_pair ibv_uc_pingpong ibv_uc_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_ud_pingpong ibv_ud_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_srq_pingpong ibv_srq_pingpong -d uroce0 -g 1 -n 100 --
 run_pair "ib_write_bw 64 KiB" ib_write_bw -d uroce0 -x 1 -s 65536 -n 200 --
+run_pair "ib_write_bw -a (2 B .. 8 MiB)" ib_write_bw -d uroce0 -x 1 -a -n 20 --
+run_pair "ib_send_bw 4 KiB" ib_send_bw -d uroce0 -x 1 -s 4096 -n 200 --
+run_pair "ib_send_bw 1 MiB" ib_send_bw -d uroce0 -x 1 -s 1048576 -n 20 --
+run_pair "ib_read_bw 4 KiB" ib_read_bw -d uroce0 -x 1 -s 4096 -n 200 --
+run_pair "ib_read_bw 1 MiB" ib_read_bw -d uroce0 -x 1 -s 1048576 -n 20 --
+run_pair "ib_atomic_bw" ib_atomic_bw -d uroce0 -x 1 -n 200 --
+run_pair "ib_send_lat 8 B" ib_send_lat -d uroce0 -x 1 -s 8 -n 100 --
+run_pair "ib_write_lat 8 B" ib_write_lat -d uroce0 -x 1 -s 8 -n 100 --
+run_pair "ib_read_lat 8 B" ib_read_lat -d uroce0 -x 1 -s 8 -n 100 --
+run_pair "ib_atomic_lat" ib_atomic_lat -d uroce0 -x 1 -n 100 --
