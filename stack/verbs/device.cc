@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -105,6 +106,38 @@ int silence_kernel(const config::DeviceConfig& dc) {
   return fd;
 }
 
+StatsShm* open_stats(const std::string& name, const std::string& device) {
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, sizeof(StatsShm)) == 0)
+    p = mmap(nullptr, sizeof(StatsShm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    return nullptr;
+  }
+  auto* st = static_cast<StatsShm*>(p);
+  std::memset(st, 0, sizeof *st);
+  st->n_counters = static_cast<uint32_t>(Counter::kCount);
+  st->n_parse_errors = static_cast<uint32_t>(wire::ParseError::kCount);
+  std::snprintf(st->device, sizeof st->device, "%s", device.c_str());
+  st->magic = StatsShm::kMagic;
+  return st;
+}
+
+/// Copies the engine's counters to the shared-memory file (with the lock held), ~10 per s.
+void publish_stats(ContextState* s, uint64_t now) {
+  if (s->stats == nullptr || now < s->stats_next) return;
+  s->stats_next = now + 100'000'000;
+  const Counters& c = s->engine->counters();
+  for (size_t i = 0; i < static_cast<size_t>(Counter::kCount); ++i)
+    s->stats->values[i] = c.get(static_cast<Counter>(i));
+  for (size_t i = 0; i < static_cast<size_t>(wire::ParseError::kCount); ++i)
+    s->stats->parse_errors[i] = c.get(static_cast<wire::ParseError>(i));
+  s->stats->updated_ns = now;
+}
+
 void progress_loop(ContextState* s) {
   // Adaptive: poll flat out while there is work; when an application thread is busy-polling
   // its CQ it drives the engine itself, so step aside (sleep) instead of competing for the
@@ -114,8 +147,10 @@ void progress_loop(ContextState* s) {
     size_t work;
     {
       std::lock_guard<std::mutex> lock(s->mu);
-      work = s->engine->poll(now_ns());
+      const uint64_t now = now_ns();
+      work = s->engine->poll(now);
       progress_hook(s);
+      publish_stats(s, now);
       AsyncEvent ev;
       while (s->engine->pop_async_event(&ev)) {
         ibv_async_event out{};
@@ -219,6 +254,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ec.node_guid = d->guid;
   state->engine = std::make_unique<Engine>(*port, ec);
   state->quiet_fd = silence_kernel(dc);
+  state->stats_name = stats_shm_name(getpid(), dc.name);
+  state->stats = open_stats(state->stats_name, dc.name);
   if (pipe2(state->async_pipe, O_CLOEXEC) != 0) {
     errno = EMFILE;
     return nullptr;
@@ -254,6 +291,10 @@ int ibv_close_device(ibv_context* context) {
   close(s->async_pipe[0]);
   close(s->async_pipe[1]);
   if (s->quiet_fd >= 0) close(s->quiet_fd);
+  if (s->stats != nullptr) {
+    munmap(s->stats, sizeof(StatsShm));
+    shm_unlink(s->stats_name.c_str());
+  }
   s->engine.reset();
   s->trace.reset();
   s->port.reset();

@@ -15,6 +15,7 @@
 
 #include "config/config.h"
 #include "engine/engine.h"
+#include "engine/stats_shm.h"
 
 namespace uroce::verbs {
 
@@ -50,6 +51,9 @@ struct ContextState {
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last polled a CQ
   int async_pipe[2] = {-1, -1};
   int quiet_fd = -1;  // UDP 4791 socket that keeps the kernel from answering our traffic
+  StatsShm* stats = nullptr;  // published counters (uroce stats), or null
+  std::string stats_name;
+  uint64_t stats_next = 0;
   std::vector<Cq*> armed;  // CQs armed with ibv_req_notify_cq (under mu)
 };
 

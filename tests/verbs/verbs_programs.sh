@@ -2,9 +2,9 @@
 # Unmodified Debian verbs programs over uroce between two network namespaces joined by a veth
 # pair: server in one, client in the other, both on uroce's libibverbs.so.1 (net_af_packet).
 # Checks that both sides exit 0 and report their figures.
-# Usage: verbs_programs.sh LIBDIR. Needs root (exit 77 = skipped otherwise).
+# Usage: verbs_programs.sh LIBDIR UROCE DISSECT. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
-lib=$1
+lib=$1 uroce=$2 dissect=$3
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 command -v ibv_rc_pingpong >/dev/null && command -v ib_write_bw >/dev/null \
   || { echo "SKIP: ibverbs-utils / perftest not installed"; exit 77; }
@@ -41,6 +41,20 @@ run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
   [ -n "$result" ] || { echo "FAIL: $name printed no result"; cat "$dir/client.log"; exit 1; }
   echo "ok: $name: $result"
 }
+
+# `uroce run` with a traffic capture that uroce-dissect reads cleanly.
+ip netns exec "$nsB" "$uroce" run --iface "${tag}vb" -- timeout 60 ib_write_bw -d uroce0 -x 1 \
+  -s 4096 -n 100 >"$dir/server.log" 2>&1 &
+server=$!
+sleep 1
+ip netns exec "$nsA" "$uroce" run --iface "${tag}va" --pcap "$dir/trace.pcap" -- timeout 60 \
+  ib_write_bw -d uroce0 -x 1 -s 4096 -n 100 10.95.0.2 >"$dir/client.log" 2>&1 \
+  || { echo "FAIL: uroce run client"; cat "$dir/client.log"; exit 1; }
+wait "$server" || { echo "FAIL: uroce run server"; cat "$dir/server.log"; exit 1; }
+summary=$("$dissect" "$dir/trace.pcap" | tail -1)
+echo "$summary" | grep -qE 'bad ICRC 0\), other [0-9]+, malformed 0; .*RC_RDMA_WRITE_FIRST [0-9]+' \
+  || { echo "FAIL: the capture of uroce run --pcap: $summary"; exit 1; }
+echo "ok: uroce run --pcap: $summary"
 
 run_pair ibv_rc_pingpong ibv_rc_pingpong -d uroce0 -g 1 -n 200 --
 run_pair "ibv_rc_pingpong -e" ibv_rc_pingpong -d uroce0 -g 1 -n 100 -e --

@@ -29,6 +29,12 @@ echo "ok: a bad setting gives one line: $err"
 # ib_write_bw links libmlx5/libefa/librdmacm: with our library it must still start.
 ib_write_bw --help >/dev/null 2>&1 || [ $? -ne 127 ] || fail "ib_write_bw does not load"
 echo "ok: perftest loads against our library"
+uroce=$(dirname "$lib")/tools/uroce/uroce
+"$uroce" run --bogus x -- true 2>/dev/null && fail "uroce run accepted an unknown option"
+[ "$("$uroce" stats 999999999)" = "no uroce device open in process 999999999" ] || fail "uroce stats"
+out=$("$uroce" run --iface lo -- ibv_devices)
+echo "$out" | grep -qE '^\s+uroce0\s' || fail "uroce run --iface lo -- ibv_devices: $out"
+echo "ok: uroce run / stats"
 
 if [ "$(id -u)" -ne 0 ]; then echo "SKIP: ibv_devinfo part needs root (network namespaces)"; exit 77; fi
 ns=uv$$
