@@ -72,3 +72,25 @@ run_pair "ib_send_lat 8 B" ib_send_lat -d uroce0 -x 1 -s 8 -n 100 --
 run_pair "ib_write_lat 8 B" ib_write_lat -d uroce0 -x 1 -s 8 -n 100 --
 run_pair "ib_read_lat 8 B" ib_read_lat -d uroce0 -x 1 -s 8 -n 100 --
 run_pair "ib_atomic_lat" ib_atomic_lat -d uroce0 -x 1 -n 100 --
+
+# Failure: the server dies mid-transfer. The client must fail cleanly (completion error,
+# non-zero exit) well within its timeout, not hang.
+ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
+  timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 >"$dir/server.log" 2>&1 &
+server=$!
+sleep 1
+ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
+  timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 10.95.0.2 >"$dir/client.log" 2>&1 &
+client=$!
+sleep 2
+ip netns pids "$nsB" | xargs -r kill -9
+wait "$server" 2>/dev/null || true
+start=$(date +%s)
+rc=0
+wait "$client" || rc=$?
+[ "$rc" -ne 0 ] || { echo "FAIL: client succeeded although the server died"; exit 1; }
+took=$(( $(date +%s) - start ))
+[ "$rc" -ne 124 ] || { echo "FAIL: client hung until timeout"; cat "$dir/client.log"; exit 1; }
+grep -qiE "completion with error|failed status 12|RETRY_EXC" "$dir/client.log" \
+  || { echo "FAIL: client did not report the failed completion"; cat "$dir/client.log"; exit 1; }
+echo "ok: server killed mid-transfer: client failed cleanly after ${took}s (exit $rc): $(grep -iE 'completion with error|status' "$dir/client.log" | head -1)"
