@@ -25,12 +25,22 @@ ip -n "$a" link set ubn-a up mtu 9000; ip -n "$b" link set ubn-b up mtu 9000
 ip -n "$a" addr add 10.91.0.1/24 dev ubn-a; ip -n "$b" addr add 10.91.0.2/24 dev ubn-b
 
 # one TEST ARGS: prints "value server_cpu% client_cpu%" (value: MB/s average or usec typical)
+# Waits (up to 20 s) until the server in "$b" listens on the perftest/pingpong TCP port, so a
+# slow start (DPDK init on a busy machine) cannot make the client give up.
+wait_listen() {
+  for _ in $(seq 200); do
+    ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null | grep -q . && return 0
+    sleep 0.1
+  done
+  echo "server never started listening on TCP 18515"; return 1
+}
+
 one() {
   local col=$1; shift
   ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn-b -- "$@" \
     >"$tmp/s.out" 2>&1 &
   local server=$!
-  sleep 1
+  wait_listen
   ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn-a -- "$@" \
     10.91.0.2 >"$tmp/c.out" 2>&1
   wait "$server"
