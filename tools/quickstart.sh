@@ -31,7 +31,7 @@ echo "hosts: $a (10.90.0.1, uqs-a) <-> $b (10.90.0.2, uqs-b)"
 # slow start (DPDK init on a busy machine) cannot make the client give up.
 wait_listen() {
   for _ in $(seq 200); do
-    ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null | grep -q . && return 0
+    [ -n "$(ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null)" ] && return 0
     sleep 0.1
   done
   echo "server never started listening on TCP 18515"; return 1

@@ -28,7 +28,7 @@ ip -n "$nsA" addr add 10.95.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.95.0
 # slow start (DPDK init on a busy machine) cannot make the client give up.
 wait_listen() {
   for _ in $(seq 200); do
-    ip netns exec "$nsB" ss -Hltn 'sport = :18515' 2>/dev/null | grep -q . && return 0
+    [ -n "$(ip netns exec "$nsB" ss -Hltn 'sport = :18515' 2>/dev/null)" ] && return 0
     sleep 0.1
   done
   echo "server never started listening on TCP 18515"; return 1

@@ -15,8 +15,9 @@ diff <(sym "$lib/libibverbs.so.1") <(sym /usr/lib/x86_64-linux-gnu/libibverbs.so
 echo "ok: exported symbol versions match Debian's libibverbs.so.1"
 
 export LD_LIBRARY_PATH=$lib
-LD_LIBRARY_PATH=$lib ldd "$(command -v ibv_devices)" | grep -q "$lib/libibverbs.so.1" \
-  || fail "ibv_devices does not load our library"
+# (ldd's output is captured first: grep -q closing the pipe early would fail under pipefail)
+deps=$(LD_LIBRARY_PATH=$lib ldd "$(command -v ibv_devices)")
+grep -q "$lib/libibverbs.so.1" <<<"$deps" || fail "ibv_devices does not load our library: $deps"
 out=$(UROCE_CONFIG=/nonexistent/none UROCE_IFACE=lo ibv_devices 2>&1 || true)
 [ -n "$out" ] || fail "no output"
 out=$(env -u UROCE_CONFIG UROCE_IFACE=lo ibv_devices)
@@ -55,6 +56,7 @@ done
 echo "ok: ibv_devinfo -v shows uroce0 with a RoCEv2 GID for 10.97.0.1 (1500-byte link: MTU 1024)"
 # A jumbo link offers the 4096-byte RoCE MTU.
 ip -n "$ns" link set "${ns}a" mtu 9000
-ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo | grep -qE 'active_mtu:\s+4096 \(5\)' \
+jumbo=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo)
+grep -qE 'active_mtu:\s+4096 \(5\)' <<<"$jumbo" \
   || fail "a 9000-byte link should give active_mtu 4096"
 echo "ok: a 9000-byte link gives active_mtu 4096"

@@ -29,7 +29,7 @@ ip -n "$a" addr add 10.91.0.1/24 dev ubn-a; ip -n "$b" addr add 10.91.0.2/24 dev
 # slow start (DPDK init on a busy machine) cannot make the client give up.
 wait_listen() {
   for _ in $(seq 200); do
-    ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null | grep -q . && return 0
+    [ -n "$(ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null)" ] && return 0
     sleep 0.1
   done
   echo "server never started listening on TCP 18515"; return 1
