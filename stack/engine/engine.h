@@ -158,6 +158,8 @@ class Engine {
 
   // neighbor.cc
   Neighbor* find_neighbor(const wire::Gid& ip);
+  Neighbor* find_or_add_neighbor(const wire::Gid& ip);
+  wire::EthernetRepr eth_to(const wire::MacAddr& dst, uint16_t ethertype) const;
   bool handle_arp(wire::Bytes frame);
   void send_arp(const wire::ArpRepr& a, const wire::MacAddr& dst);
   void send_arp_request(Neighbor* n);

@@ -22,15 +22,30 @@ Neighbor* Engine::find_neighbor(const Gid& ip) {
   return nullptr;
 }
 
-void Engine::set_neighbor(const Gid& ip, const MacAddr& mac) {
-  Neighbor* n = find_neighbor(ip);
-  if (n == nullptr) {
-    neighbors_.push_back(std::make_unique<Neighbor>());
-    n = neighbors_.back().get();
-    n->ip = ip;
-    n->timer.owner = n;
-    n->timer.kind = kTimerNeighbor;
+Neighbor* Engine::find_or_add_neighbor(const Gid& ip) {
+  if (Neighbor* n = find_neighbor(ip)) return n;
+  neighbors_.push_back(std::make_unique<Neighbor>());
+  Neighbor* n = neighbors_.back().get();
+  n->ip = ip;
+  n->timer.owner = n;
+  n->timer.kind = kTimerNeighbor;
+  return n;
+}
+
+EthernetRepr Engine::eth_to(const MacAddr& dst, uint16_t ethertype) const {
+  EthernetRepr eth;
+  eth.dst = dst;
+  eth.src = mac_;
+  eth.ethertype = ethertype;
+  if (cfg_.vlan_id != 0) {
+    eth.has_vlan = true;
+    eth.vid = cfg_.vlan_id;
   }
+  return eth;
+}
+
+void Engine::set_neighbor(const Gid& ip, const MacAddr& mac) {
+  Neighbor* n = find_or_add_neighbor(ip);
   n->mac = mac;
   n->state = NeighborState::kReachable;
   n->is_static = true;
@@ -62,13 +77,7 @@ NeighborState Engine::resolve(const Gid& ip, MacAddr* mac) {
   if (is_ipv4_mapped(ip) ? !cfg_.ipv4 : !cfg_.ipv6) {
     return NeighborState::kFailed;  // no source address of that family to ask from
   }
-  if (n == nullptr) {
-    neighbors_.push_back(std::make_unique<Neighbor>());
-    n = neighbors_.back().get();
-    n->ip = ip;
-    n->timer.owner = n;
-    n->timer.kind = kTimerNeighbor;
-  }
+  if (n == nullptr) n = find_or_add_neighbor(ip);
   n->state = NeighborState::kIncomplete;
   n->tries = 0;
   send_arp_request(n);
@@ -109,14 +118,7 @@ void Engine::on_neighbor_timeout(Neighbor* n) {
 void Engine::send_arp(const ArpRepr& a, const MacAddr& dst) {
   Frame* f = tx_alloc();
   if (f == nullptr) return;
-  EthernetRepr eth;
-  eth.dst = dst;
-  eth.src = mac_;
-  eth.ethertype = kEtherTypeArp;
-  if (cfg_.vlan_id != 0) {
-    eth.has_vlan = true;
-    eth.vid = cfg_.vlan_id;
-  }
+  const EthernetRepr eth = eth_to(dst, kEtherTypeArp);
   const size_t hl = eth.header_len();
   eth.emit(f->room());
   a.emit(f->room().subspan(hl));
@@ -186,14 +188,7 @@ void Engine::send_nd(uint8_t type, const Ipv6Addr& target, const Ipv6Addr& src,
 
   Frame* f = tx_alloc();
   if (f == nullptr) return;
-  EthernetRepr eth;
-  eth.dst = dst_mac;
-  eth.src = mac_;
-  eth.ethertype = kEtherTypeIpv6;
-  if (cfg_.vlan_id != 0) {
-    eth.has_vlan = true;
-    eth.vid = cfg_.vlan_id;
-  }
+  const EthernetRepr eth = eth_to(dst_mac, kEtherTypeIpv6);
   Ipv6Repr ip;
   ip.src = src;
   ip.dst = dst;
@@ -250,14 +245,7 @@ bool Engine::handle_nd(Bytes frame) {
 }
 
 void Engine::learn_neighbor(const Gid& ip, const MacAddr& mac, bool create) {
-  Neighbor* n = find_neighbor(ip);
-  if (n == nullptr && create) {
-    neighbors_.push_back(std::make_unique<Neighbor>());
-    n = neighbors_.back().get();
-    n->ip = ip;
-    n->timer.owner = n;
-    n->timer.kind = kTimerNeighbor;
-  }
+  Neighbor* n = create ? find_or_add_neighbor(ip) : find_neighbor(ip);
   if (n != nullptr && !n->is_static) {
     n->mac = mac;
     n->state = NeighborState::kReachable;
