@@ -5,7 +5,7 @@
 #   3. ibv_devinfo -v (in a network namespace with a veth end) shows the RoCEv2 port.
 # Usage: verbs_tools.sh LIBDIR. Needs root for step 3 (skipped with exit 77 otherwise).
 set -euo pipefail
-lib=$1
+lib=$1 loopback=$2
 fail() { echo "FAIL: $*"; exit 1; }
 command -v ibv_devinfo >/dev/null || { echo "SKIP: ibverbs-utils not installed"; exit 77; }
 
@@ -60,3 +60,8 @@ jumbo=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo)
 grep -qE 'active_mtu:\s+4096 \(5\)' <<<"$jumbo" \
   || fail "a 9000-byte link should give active_mtu 4096"
 echo "ok: a 9000-byte link gives active_mtu 4096"
+
+# A C program on our library: loopback RDMA WRITE between two QPs of one device, then a wrong
+# R_Key -> IBV_WC_REM_ACCESS_ERR with the target untouched.
+out=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" "$loopback") || fail "loopback_access: $out"
+echo "$out"
