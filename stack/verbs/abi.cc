@@ -215,7 +215,7 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
 
 void ibv_ack_async_event(ibv_async_event*) {}
 
-// ---- Not supported yet: the extended QP API, AHs from work completions --------------------
+// ---- Not supported yet: the extended QP API ---------------------------------------------------
 
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return not_supported<ibv_qp_ex>(); }
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
@@ -223,13 +223,6 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
 }
 int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
-int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
-  return EOPNOTSUPP;
-}
-ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
-  return not_supported<ibv_ah>();
-}
-
 // ---- Not supported: multicast, importing objects, ECE, dmabuf, kernel ABI copies -----------
 
 int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }

@@ -334,6 +334,53 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   return &ah->ibv;
 }
 
+int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                        ibv_ah_attr* ah_attr) {
+  // RoCE always carries a GRH: build the reply's address from it (for RoCEv2 over IPv4 the
+  // 40-byte area holds the IPv4 header in its last 20 bytes).
+  if (!(wc->wc_flags & IBV_WC_GRH) || grh == nullptr) return EINVAL;
+  *ah_attr = ibv_ah_attr{};
+  ah_attr->port_num = port_num;
+  ah_attr->is_global = 1;
+  ah_attr->sl = wc->sl;
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  const uint8_t* ip4 = raw + 20;
+  wire::Gid peer, self;
+  uint8_t tclass = 0;
+  if ((ip4[0] >> 4) == 4) {
+    peer = wire::ipv4_mapped_gid({ip4[12], ip4[13], ip4[14], ip4[15]});
+    self = wire::ipv4_mapped_gid({ip4[16], ip4[17], ip4[18], ip4[19]});
+    tclass = ip4[1];
+  } else {
+    std::memcpy(peer.data(), grh->sgid.raw, 16);
+    std::memcpy(self.data(), grh->dgid.raw, 16);
+    tclass = static_cast<uint8_t>((__builtin_bswap32(grh->version_tclass_flow) >> 20) & 0xff);
+  }
+  std::memcpy(ah_attr->grh.dgid.raw, peer.data(), 16);
+  ah_attr->grh.traffic_class = tclass;
+  ah_attr->grh.hop_limit = 64;
+  // The source GID index: the entry of ours the peer addressed.
+  ContextState* s = to_context(context)->state;
+  std::lock_guard<std::mutex> lock(s->mu);
+  for (int i = 0; i < s->engine->gid_count(); ++i) {
+    ibv_gid g;
+    if (s->engine->query_gid(port_num, i, &g) == 0 && std::memcmp(g.raw, self.data(), 16) == 0) {
+      ah_attr->grh.sgid_index = static_cast<uint8_t>(i);
+      return 0;
+    }
+  }
+  return EINVAL;
+}
+
+ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  ibv_ah_attr attr;
+  if (int e = ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr); e != 0) {
+    errno = e;
+    return nullptr;
+  }
+  return ibv_create_ah(pd, &attr);
+}
+
 int ibv_destroy_ah(ibv_ah* ah) {
   ContextState* s = state_of(ah->context);
   std::lock_guard<std::mutex> lock(s->mu);

@@ -82,6 +82,12 @@ run_pair "ib_send_lat 8 B" ib_send_lat -d uroce0 -x 1 -s 8 -n 100 --
 run_pair "ib_write_lat 8 B" ib_write_lat -d uroce0 -x 1 -s 8 -n 100 --
 run_pair "ib_read_lat 8 B" ib_read_lat -d uroce0 -x 1 -s 8 -n 100 --
 run_pair "ib_atomic_lat" ib_atomic_lat -d uroce0 -x 1 -n 100 --
+run_pair "ib_send_bw -c UD" ib_send_bw -d uroce0 -x 1 -c UD -s 1024 -n 200 --
+run_pair "ib_send_lat -c UD" ib_send_lat -d uroce0 -x 1 -c UD -s 8 -n 100 --
+run_pair "ib_send_bw -c UC" ib_send_bw -d uroce0 -x 1 -c UC -s 4096 -n 200 --
+run_pair "ib_write_bw -c UC" ib_write_bw -d uroce0 -x 1 -c UC -s 4096 -n 200 --
+run_pair "ib_send_bw --use-srq" ib_send_bw -d uroce0 -x 1 --use-srq -s 4096 -n 200 --
+run_pair "ib_send_bw -e (completion events)" ib_send_bw -d uroce0 -x 1 -e -s 4096 -n 200 --
 
 # Failure: the server dies mid-transfer. The client must fail cleanly (completion error,
 # non-zero exit) well within its timeout, not hang.
