@@ -10,6 +10,7 @@ packages=(
   tshark                                     # cross-check of our packets with Wireshark's decoder
   libdpdk-dev libibverbs-dev iproute2        # DPDK port (static), verbs headers, network namespaces
   ibverbs-utils perftest binutils            # unmodified verbs programs to test the provider with
+  python3-pyverbs time                       # pyverbs smoke test; /usr/bin/time for the bench
   gnuplot-nox                                # plots of the benchmark scripts
 )
 

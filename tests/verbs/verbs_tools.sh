@@ -65,3 +65,12 @@ echo "ok: a 9000-byte link gives active_mtu 4096"
 # R_Key -> IBV_WC_REM_ACCESS_ERR with the target untouched.
 out=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" "$loopback") || fail "loopback_access: $out"
 echo "$out"
+
+# pyverbs, rdma-core's Python binding (use Debian's python3: the one on PATH may be another).
+if /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  out=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" /usr/bin/python3 \
+        "$(dirname "$0")/pyverbs_smoke.py" 10.97.0.1 2>&1) || fail "pyverbs: $out"
+  echo "$out"
+else
+  echo "note: python3-pyverbs not installed: pyverbs check skipped"
+fi
