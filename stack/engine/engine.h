@@ -206,6 +206,8 @@ class Engine {
   bool take_rwqe(Qp* qp);
   bool copy_to_rwqe(Qp* qp, const uint8_t* src, uint32_t len);
   void complete_recv(Qp* qp, const wire::ParsedPacket& p, ibv_wc_status st);
+  void complete_recv_error(Qp* qp, uint64_t wr_id, ibv_wc_status st);
+  void no_receive_wqe(Qp* qp, Psn psn);  // RC: RNR NAK; UC: the message is dropped
   void send_ack(Qp* qp, uint8_t syndrome, Psn psn);
   void queue_ack(Qp* qp, Psn psn);
   void send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c);

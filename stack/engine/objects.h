@@ -207,7 +207,6 @@ struct Qp {
   uint8_t* write_ptr = nullptr;  // RDMA WRITE target in progress
   uint32_t write_left = 0;
   uint32_t write_len = 0;
-  bool uc_drop_msg = false;
   // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin).
   std::array<RdAtomicRes, 32> res{};
   uint32_t res_next = 0;

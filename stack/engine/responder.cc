@@ -76,6 +76,28 @@ void Engine::complete_recv(Qp* qp, const ParsedPacket& p, ibv_wc_status st) {
   push_cqe(qp->recv_cq, wc, qp);
 }
 
+void Engine::complete_recv_error(Qp* qp, uint64_t wr_id, ibv_wc_status st) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = st;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = qp->qpn;
+  if (st == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
+  push_cqe(qp->recv_cq, wc, nullptr);
+}
+
+void Engine::no_receive_wqe(Qp* qp, Psn psn) {
+  if (qp->type == IBV_QPT_RC) {
+    // Ask the requester to come back later (RNR NAK, IBA 9.7.5.2.8); ePSN stays put.
+    send_nak(qp, AethRepr::make_rnr_nak(qp->min_rnr_timer), psn, Counter::rnr_naks_sent);
+  } else {
+    // UC: the message is lost.
+    counters_.inc(Counter::rx_drop_uc_msg);
+    qp->in_msg = false;
+    qp->epsn = psn + 1;
+  }
+}
+
 void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) {
   RoceHeaders h = qp->tx_template;
   h.bth.opcode = opcode::kRcAck;
@@ -113,13 +135,8 @@ void Engine::responder_error(Qp* qp, NakCode code, Psn psn, ibv_wc_status local_
   send_nak(qp, AethRepr::make_nak(code), psn, c);
   flush_tx();
   if (qp->have_rwqe) {
-    ibv_wc wc{};
-    wc.wr_id = qp->rwqe.wr_id;
-    wc.status = local_status;
-    wc.opcode = IBV_WC_RECV;
-    wc.qp_num = qp->qpn;
     qp->have_rwqe = false;
-    push_cqe(qp->recv_cq, wc, nullptr);
+    complete_recv_error(qp, qp->rwqe.wr_id, local_status);
   }
   qp->in_msg = false;
   enter_error(qp);
@@ -202,20 +219,12 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
   switch (info.op) {
     case Operation::kSend: {
       if (info.starts_message() && !take_rwqe(qp)) {
-        if (rc) {
-          // No receive WQE: ask the requester to come back later (RNR NAK, IBA 9.7.5.2.8).
-          send_nak(qp, AethRepr::make_rnr_nak(qp->min_rnr_timer), psn, Counter::rnr_naks_sent);
-        } else {
-          counters_.inc(Counter::rx_drop_uc_msg);
-          qp->uc_drop_msg = true;
-          qp->epsn = psn + 1;
-        }
+        no_receive_wqe(qp, psn);
         return;
       }
       if (info.starts_message()) {
         qp->in_msg = true;
         qp->msg_op = Operation::kSend;
-        qp->uc_drop_msg = false;
       }
       if (!copy_to_rwqe(qp, p.payload.data(), len)) {
         const bool too_long = qp->rwqe_offset + len > [&] {
@@ -246,13 +255,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       // WRITE with immediate consumes a receive WQE at its last packet: make sure there is
       // one before changing anything, so a retransmitted last packet finds the same state.
       if (info.has_imm() && !take_rwqe(qp)) {
-        if (rc) {
-          send_nak(qp, AethRepr::make_rnr_nak(qp->min_rnr_timer), psn, Counter::rnr_naks_sent);
-        } else {
-          counters_.inc(Counter::rx_drop_uc_msg);
-          qp->in_msg = false;
-          qp->epsn = psn + 1;
-        }
+        no_receive_wqe(qp, psn);
         return;
       }
       if (info.starts_message()) {

@@ -536,7 +536,7 @@ void Engine::reset_qp(Qp* qp) {
   qp->rd_atomic_outstanding = 0;
   qp->pkts_since_ackreq = 0;
   qp->rnr_waiting = false;
-  qp->in_msg = qp->have_rwqe = qp->uc_drop_msg = false;
+  qp->in_msg = qp->have_rwqe = false;
   qp->res = {};
   qp->res_next = qp->res_sending = 0;
   qp->ack_pending = false;
@@ -573,25 +573,14 @@ void Engine::flush_qp(Qp* qp) {
   qp->rd_atomic_outstanding = 0;
   if (qp->srq == nullptr) {
     while (!qp->rq.empty()) {
-      ibv_wc wc{};
-      wc.wr_id = qp->rq.front().wr_id;
-      wc.status = IBV_WC_WR_FLUSH_ERR;
-      wc.opcode = IBV_WC_RECV;
-      wc.qp_num = qp->qpn;
-      counters_.inc(Counter::flushed_wqes);
-      push_cqe(qp->recv_cq, wc, nullptr);
+      complete_recv_error(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR);
       qp->rq.pop();
     }
   }
   if (qp->have_rwqe) {
-    // A receive WQE taken from the SRQ for a message that never finished.
-    ibv_wc wc{};
-    wc.wr_id = qp->rwqe.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = IBV_WC_RECV;
-    wc.qp_num = qp->qpn;
-    push_cqe(qp->recv_cq, wc, nullptr);
+    // A receive WQE taken for a message that never finished.
     qp->have_rwqe = false;
+    complete_recv_error(qp, qp->rwqe.wr_id, IBV_WC_WR_FLUSH_ERR);
   }
   qp->in_msg = false;
   for (auto& r : qp->res) r.sending = false;
