@@ -12,6 +12,8 @@ packages=(
   ibverbs-utils perftest binutils            # unmodified verbs programs to test the provider with
   python3-pyverbs time                       # pyverbs smoke test; /usr/bin/time for the bench
   gnuplot-nox                                # plots of the benchmark scripts
+  qemu-system-x86 qemu-utils debootstrap     # the kernel Soft-RoCE VM (../shared/rxe-vm) for
+  e2fsprogs tcpdump xz-utils cpio            #   the interop tests
 )
 
 missing=()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The test command: builds and runs every test, three ways.
+# The test command: builds and runs every test, four ways.
 #   1. plain build (RelWithDebInfo)                      -> build/
-#   2. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/
-#   3. libFuzzer over the frame parser (clang), seeded from pcaps/, for
+#   2. live interop with the kernel's Soft-RoCE: rdma_rxe in a qemu VM (../shared/rxe-vm),
+#      the ctest label "interop", plain build only (skipped without root or qemu)
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/
+#   4. libFuzzer over the frame parser (clang), seeded from pcaps/, for
 #      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
 # Each stage ends with ctest's summary line; the script stops at the first failure.
 # Options: --quick skips the sanitizer and fuzz stages.
@@ -18,15 +20,18 @@ stage() { printf '\n==== %s ====\n' "$*"; }
 stage "plain build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" -LE interop
 
 [ $quick -eq 1 ] && exit 0
+
+stage "interop with the kernel's Soft-RoCE (rdma_rxe in qemu)"
+ctest --test-dir build --output-on-failure -L interop
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE interop
 
 stage "fuzzing the frame parser for ${UROCE_FUZZ_SECONDS:-60} s"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \

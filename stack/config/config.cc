@@ -57,13 +57,64 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
   } else if (key == "pcap") {
     if (value.empty()) return "pcap must name a file";
     dev->pcap = value;
+  } else if (key == "fault") {
+    return parse_fault(value, &dev->fault);
   } else {
-    return "unknown setting '" + key + "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap)";
+    return "unknown setting '" + key +
+           "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap, fault)";
   }
   return "";
 }
 
+bool parse_number(const std::string& s, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return !s.empty() && end != s.c_str() && *end == '\0';
+}
+
 }  // namespace
+
+std::string parse_fault(const std::string& text, FaultSpec* out) {
+  static const char* const kHelp =
+      " (e.g. fault = loss=0.01,reorder=0.05; keys: loss, duplicate, corrupt, reorder, window, "
+      "delay_us, jitter_us, seed, side)";
+  FaultSpec f;
+  f.enabled = true;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    item = trim(item);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string k = eq == std::string::npos ? item : trim(item.substr(0, eq));
+    const std::string v = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
+    if (k == "side") {
+      if (v != "tx" && v != "rx" && v != "both") return "fault side '" + v + "' must be tx, rx or both";
+      f.tx_side = v != "rx";
+      f.rx_side = v != "tx";
+      continue;
+    }
+    double x = 0;
+    if (!parse_number(v, &x) || x < 0) return "fault '" + item + "' needs a number >= 0" + kHelp;
+    if (k == "loss" || k == "duplicate" || k == "corrupt" || k == "reorder") {
+      if (x > 1) return "fault " + k + " '" + v + "' is a probability from 0 to 1" + kHelp;
+      (k == "loss" ? f.loss : k == "duplicate" ? f.duplicate : k == "corrupt" ? f.corrupt : f.reorder) = x;
+    } else if (k == "window") {
+      if (x < 1 || x > 64) return "fault window '" + v + "' must be 1..64";
+      f.reorder_window = static_cast<uint32_t>(x);
+    } else if (k == "delay_us" || k == "jitter_us") {
+      if (x > 1e7) return "fault " + k + " '" + v + "' must be at most 10000000 (10 s)";
+      (k == "delay_us" ? f.delay_ns : f.jitter_ns) = static_cast<uint64_t>(x * 1000.0);
+    } else if (k == "seed") {
+      f.seed = static_cast<uint64_t>(x);
+    } else {
+      return "fault has unknown key '" + k + "'" + kHelp;
+    }
+  }
+  if (f.reorder > 0 && f.reorder_window == 0) f.reorder_window = 4;
+  *out = f;
+  return "";
+}
 
 Env process_env() {
   return [](const std::string& k) -> std::optional<std::string> {
@@ -134,7 +185,7 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
   static const char* const kVars[][2] = {{"UROCE_IFACE", "iface"}, {"UROCE_DEVARGS", "devargs"},
                                          {"UROCE_IPV4", "ipv4"},   {"UROCE_IPV6", "ipv6"},
                                          {"UROCE_MTU", "mtu"},     {"UROCE_VLAN", "vlan"},
-                                         {"UROCE_PCAP", "pcap"}};
+                                         {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"}};
   for (const auto& [var, key] : kVars) {
     const auto v = env(var);
     if (!v) continue;

@@ -11,9 +11,14 @@
 //   mtu     = 4096                # largest RoCE MTU to offer: 256, 512, 1024, 2048 or 4096
 //   vlan    = 0                   # 802.1Q VLAN id for RoCE traffic (0: untagged)
 //   pcap    = /tmp/uroce0.pcap    # record the device's traffic
+//   fault   = loss=0.01,reorder=0.05,window=4,seed=7   # damage traffic on purpose (tests)
+//
+// fault keys: loss, duplicate, corrupt, reorder (probabilities 0..1), window (reorder
+// distance, default 4 when reorder is set), delay_us, jitter_us, seed, side=tx|rx|both
+// (default tx). See drivers/fault/fault_injector.h for what each does.
 //
 // Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
-// UROCE_PCAP override the first device's settings (and create "uroce0" when there is no file).
+// UROCE_PCAP, UROCE_FAULT override the first device's settings (and create "uroce0" when there is no file).
 // Every problem is reported as one line naming the setting, its source and the fix.
 #pragma once
 
@@ -27,6 +32,24 @@
 
 namespace uroce::config {
 
+/// What the `fault` setting asks for (the verbs provider turns it into a FaultInjector).
+struct FaultSpec {
+  bool enabled = false;
+  uint64_t seed = 1;
+  double loss = 0.0;
+  double duplicate = 0.0;
+  double corrupt = 0.0;
+  double reorder = 0.0;
+  uint32_t reorder_window = 0;
+  uint64_t delay_ns = 0;
+  uint64_t jitter_ns = 0;
+  bool tx_side = true;
+  bool rx_side = false;
+};
+
+/// Parses "loss=0.01,reorder=0.05,..." into *out; returns an error text or "".
+std::string parse_fault(const std::string& text, FaultSpec* out);
+
 struct DeviceConfig {
   std::string name = "uroce0";
   std::string iface;
@@ -36,6 +59,7 @@ struct DeviceConfig {
   uint32_t mtu = 4096;
   uint16_t vlan = 0;
   std::string pcap;
+  FaultSpec fault;
 };
 
 struct Config {

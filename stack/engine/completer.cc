@@ -63,6 +63,7 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     progress = true;
   }
   if (upto - qp->comp_psn > 0) {
+    qp->cwnd = std::min(cfg_.tx_window, qp->cwnd + static_cast<uint32_t>(upto - qp->comp_psn));
     qp->comp_psn = upto;
     progress = true;
   }
@@ -121,6 +122,7 @@ void Engine::on_retransmit_timeout(Qp* qp) {
   counters_.inc(Counter::retransmit_timeouts);
   if (!spend_retry(qp)) return;
   qp->resp_gap = false;  // whatever we were waiting for did not come: ask again
+  qp->cwnd = kMinCwnd;
   retry_from(qp, qp->comp_psn);
 }
 
@@ -180,6 +182,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
           // Already going back to exactly this PSN (e.g. the responder NAKs the rest of a
           // message it just RNR-NAKed): one retry is enough.
           if (qp->rnr_waiting || (qp->retry_pending && qp->retry_psn == psn)) return;
+          qp->cwnd = std::max(kMinCwnd, qp->cwnd / 2);
           if (spend_retry(qp)) retry_from(qp, psn);
           return;
         }

@@ -44,6 +44,7 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
   gids_.push_back(link_local_gid(mac_));
   if (cfg_.ipv4) gids_.push_back(ipv4_mapped_gid(*cfg_.ipv4));
   if (cfg_.ipv6) gids_.push_back(*cfg_.ipv6);
+  cfg_.max_rd_atomic = std::clamp<uint8_t>(cfg_.max_rd_atomic, 1, kMaxRdAtomic);
   // The active MTU can't exceed what fits in the port's frames.
   while (cfg_.active_mtu > IBV_MTU_256 &&
          mtu_bytes(cfg_.active_mtu) + 18 + 40 + 8 + 60 + 4 > port_.max_frame_len())

@@ -45,7 +45,7 @@ struct EngineConfig {
   uint32_t max_srq = 1024;
   uint32_t max_srq_wr = 16384;
   uint32_t max_ah = 1u << 16;
-  uint8_t max_rd_atomic = 16;  // per QP, each direction
+  uint8_t max_rd_atomic = kMaxRdAtomic;  // per QP, each direction (at most kMaxRdAtomic)
   uint32_t tx_window = 512;    // unacknowledged packets per RC QP
   uint32_t qp_budget = 64;     // packets a QP may send per poll
   uint32_t ack_every = 64;     // AckReq at least every this many packets inside a message

@@ -21,6 +21,12 @@ using wire::Psn;
 
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kMaxInline = 256;
+// READs/atomics in flight per QP and direction, as rdma_rxe (max_qp_rd_atom 128). perftest
+// sets max_rd_atomic to the *peer's* advertised value, so a smaller limit here would make
+// ib_read_bw against the kernel fail with "Failed to modify QP to RTS".
+inline constexpr uint8_t kMaxRdAtomic = 128;
+// Smallest congestion window (packets) after a retransmission timeout.
+inline constexpr uint32_t kMinCwnd = 8;
 
 /// A completion queue: a ring of finished work completions.
 struct Cq {
@@ -190,6 +196,13 @@ struct Qp {
   Psn resp_gap_psn;
   bool retry_pending = false;  // retry_from(retry_psn) asked, the re-sent packet not out yet
   Psn retry_psn;
+  // Congestion window, in packets past comp_psn that may be on the wire (RC). It is the
+  // configured tx_window on a clean path; a retransmission timeout cuts it to kMinCwnd and a
+  // PSN sequence NAK halves it, then every newly acknowledged packet adds one (slow start)
+  // until it is back at tx_window. Without it a go-back-N re-sends the whole window at once
+  // into a receiver that is already behind (seen against rdma_rxe under emulation: the
+  // re-sends queued behind stale ones until the retry count ran out).
+  uint32_t cwnd = 0;
   Timer retransmit_timer;
   Timer rnr_timer;
 
@@ -208,7 +221,7 @@ struct Qp {
   uint32_t write_left = 0;
   uint32_t write_len = 0;
   // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin).
-  std::array<RdAtomicRes, 32> res{};
+  std::array<RdAtomicRes, kMaxRdAtomic> res{};
   uint32_t res_next = 0;
   uint32_t res_sending = 0;  // resources with a response stream in progress
   // Coalesced ACK waiting to be sent.

@@ -121,8 +121,10 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   }
   b.psn = psn.value();
   if (qp->type == IBV_QPT_RC) {
-    // Ask for an ACK at the end of every message and now and then inside long ones.
-    b.ack_req = last || ++qp->pkts_since_ackreq >= cfg_.ack_every;
+    // Ask for an ACK at the end of every message, now and then inside long ones, and on the
+    // packet that fills the congestion window (nothing more goes out until an ACK comes).
+    b.ack_req = last || ++qp->pkts_since_ackreq >= cfg_.ack_every ||
+                (psn + 1) - qp->comp_psn >= static_cast<int32_t>(qp->cwnd);
     if (b.ack_req) qp->pkts_since_ackreq = 0;
   }
 
@@ -221,6 +223,12 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       qp->sq_psn += static_cast<int32_t>(w.npkts);
       if (w.is_read_or_atomic()) ++qp->rd_atomic_outstanding;
       ++qp->sq_assigned_end;
+    }
+    if (qp->type == IBV_QPT_RC) {
+      // Congestion window: the oldest unacknowledged packet may always go.
+      const Psn next = w.first_psn + (w.is_read_or_atomic() ? 0 : static_cast<int32_t>(w.sent));
+      if (next != qp->comp_psn && next - qp->comp_psn >= static_cast<int32_t>(qp->cwnd))
+        break;  // ACKs reopen it and reschedule us
     }
     if (!send_packet(qp, w)) {
       if (qp->state == IBV_QPS_ERR) return false;

@@ -339,6 +339,7 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
   if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
   qp->retransmit_timer.owner = qp->rnr_timer.owner = qp.get();
   qp->retransmit_timer.kind = kTimerRetransmit;
+  qp->cwnd = cfg_.tx_window;
   qp->rnr_timer.kind = kTimerRnr;
   qp->ibv.qp_num = qp->qpn;
   qp->ibv.qp_type = a->qp_type;
@@ -535,6 +536,7 @@ void Engine::reset_qp(Qp* qp) {
   qp->sq_cursor = qp->sq_assigned_end = 0;
   qp->rd_atomic_outstanding = 0;
   qp->pkts_since_ackreq = 0;
+  qp->cwnd = cfg_.tx_window;
   qp->rnr_waiting = false;
   qp->in_msg = qp->have_rwqe = false;
   qp->res = {};

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "dpdk/dpdk_port.h"
+#include "fault/fault_injector.h"
 #include "trace/pcap_trace.h"
 #include "wire/udp.h"
 #include "verbs/provider.h"
@@ -245,6 +246,21 @@ ibv_context* ibv_open_device(ibv_device* device) {
     port = trace.get();
     state->trace = std::move(trace);
   }
+  if (dc.fault.enabled) {  // above the trace, so the pcap shows what really crossed the wire
+    drivers::FaultConfig fc;
+    fc.seed = dc.fault.seed;
+    fc.loss = dc.fault.loss;
+    fc.duplicate = dc.fault.duplicate;
+    fc.corrupt = dc.fault.corrupt;
+    fc.reorder = dc.fault.reorder;
+    fc.reorder_window = dc.fault.reorder_window;
+    fc.delay_ns = dc.fault.delay_ns;
+    fc.jitter_ns = dc.fault.jitter_ns;
+    fc.tx_side = dc.fault.tx_side;
+    fc.rx_side = dc.fault.rx_side;
+    state->fault = std::make_unique<drivers::FaultInjector>(*port, fc);
+    port = state->fault.get();
+  }
   EngineConfig ec;
   ec.ipv4 = dc.ipv4;
   ec.ipv6 = dc.ipv6;
@@ -296,6 +312,7 @@ int ibv_close_device(ibv_context* context) {
     shm_unlink(s->stats_name.c_str());
   }
   s->engine.reset();
+  s->fault.reset();
   s->trace.reset();
   s->port.reset();
   delete s;

@@ -44,6 +44,7 @@ inline Device* to_device(ibv_device* d) { return reinterpret_cast<Device*>(d); }
 struct ContextState {
   std::unique_ptr<Port> port;
   std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
+  std::unique_ptr<Port> fault;  // FaultInjector on top when the config asks for it
   std::unique_ptr<Engine> engine;
   std::mutex mu;
   std::thread progress;

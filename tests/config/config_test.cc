@@ -54,6 +54,10 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[a]\niface=x\n[a]\n", "t.conf:3: device [a] is defined twice"},
       {"[bad name]\n", "t.conf:1: device name 'bad name' must be"},
       {"[uroce0]\niface=v0\nvlan=5000\n", "t.conf:3: vlan '5000' must be a VLAN id from 0"},
+      {"[uroce0]\niface=v0\nfault=loss=2\n", "t.conf:3: fault loss '2' is a probability from 0 to 1"},
+      {"[uroce0]\niface=v0\nfault=lose=0.1\n", "t.conf:3: fault has unknown key 'lose'"},
+      {"[uroce0]\niface=v0\nfault=loss\n", "t.conf:3: fault 'loss' needs a number >= 0"},
+      {"[uroce0]\niface=v0\nfault=side=up\n", "t.conf:3: fault side 'up' must be tx, rx or both"},
   };
   for (const Case& k : cases) {
     Config c;
@@ -62,6 +66,30 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
     EXPECT_EQ(err.rfind(k.expect, 0), 0u) << "got: " << err;
     EXPECT_EQ(err.find('\n'), std::string::npos);
   }
+}
+
+TEST(Config, FaultSettingDescribesTheInjector) {
+  FaultSpec f;
+  ASSERT_EQ(parse_fault("loss=0.01, reorder=0.05,seed=7,side=both,delay_us=2.5", &f), "");
+  EXPECT_TRUE(f.enabled);
+  EXPECT_DOUBLE_EQ(f.loss, 0.01);
+  EXPECT_DOUBLE_EQ(f.reorder, 0.05);
+  EXPECT_EQ(f.reorder_window, 4u);  // reorder without a window gets the default
+  EXPECT_EQ(f.seed, 7u);
+  EXPECT_TRUE(f.tx_side);
+  EXPECT_TRUE(f.rx_side);
+  EXPECT_EQ(f.delay_ns, 2500u);
+  FaultSpec g;
+  ASSERT_EQ(parse_fault("corrupt=0.5,window=9,side=rx", &g), "");
+  EXPECT_EQ(g.reorder_window, 9u);
+  EXPECT_FALSE(g.tx_side);
+  EXPECT_TRUE(g.rx_side);
+  Config c;
+  std::string err;
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_IFACE", "v0"}, {"UROCE_FAULT", "loss=0.2"}}), &c, &err))
+      << err;
+  EXPECT_TRUE(c.devices[0].fault.enabled);
+  EXPECT_DOUBLE_EQ(c.devices[0].fault.loss, 0.2);
 }
 
 TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {

@@ -58,6 +58,34 @@ TEST(RcRecovery, DeadPeerExhaustsRetriesThenFlushes) {
   EXPECT_LT(p.now - start, 6 * (uint64_t{4096} << 8));
 }
 
+TEST(RcRecovery, ATimeoutShrinksTheWindowSoGoBackNDoesNotResendEverything) {
+  // 200 packets go out at once (the window is tx_window = 512); the peer answers nothing.
+  // After each retransmission timeout only kMinCwnd packets are re-sent, each batch asking
+  // for an ACK on its last packet, not the whole 200 again.
+  const drivers::FaultConfig none{};
+  Pair p(1, &none);  // a fault injector that does nothing but count what A sends
+  QpOptions o;
+  o.timeout = 8;
+  o.retry_cnt = 3;
+  auto [qa, qb] = p.rc_pair(o, o);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(p.b.engine->modify_qp(qb, &a, IBV_QP_STATE), 0);
+  std::vector<uint8_t> buf(200 * 1024, 1);
+  auto* mr = p.a.reg(buf, kAll);
+  ibv_sge s{reinterpret_cast<uint64_t>(buf.data()), static_cast<uint32_t>(buf.size()), mr->key};
+  ibv_send_wr w = write_wr(1, &s, 0x1000, 0x2000);
+  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+  std::vector<ibv_wc> wc;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& x : drain(p.a)) wc.push_back(x);
+    return !wc.empty();
+  }));
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(p.a.engine->counters()[Counter::retransmit_timeouts], 4u);
+  EXPECT_EQ(p.fa->tx_counters().sent, 200u + 3 * kMinCwnd);
+}
+
 TEST(RcRecovery, RnrRetryExhaustedWithoutReceives) {
   Pair p;
   QpOptions o;

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Live interoperability with the Linux kernel's Soft-RoCE (rdma_rxe): unmodified verbs programs,
+# one side on uroce (host, in a network namespace), the other on rdma_rxe inside a qemu VM booted
+# with ../shared/rxe-vm. Both directions, MTU 1024 and 4096, clean links and lossy/reordering
+# ones (tc netem in the guest, uroce's own fault injector on the host).
+#
+#   interop.sh start            build the VM image if needed, create the link, boot the VM agent
+#   interop.sh case NAME        run one case (see `interop.sh list`)
+#   interop.sh stop             power the VM off, remove the link
+#   interop.sh list             the cases, one per line
+#   interop.sh all              start + every case + stop (by hand; ctest runs them one by one)
+#
+# Topology (all created here, nothing else is touched):
+#
+#   netns urix: urix0 10.78.0.1/24 (uroce via net_af_packet) ── veth ── urix-br ─┐
+#   VM (rdma_rxe on eth0) 10.78.0.11/24 ── virtio-net ── tap urtap0 ────────── bridge urbr0
+#
+# MTU 9000 everywhere, so both RoCE MTUs (1024, 4096) fit: each case passes -m to both sides.
+# The guest runs guest-agent.sh: one boot serves every case (booting under TCG is the slow
+# part); the host hands it job files through the VM's 9p share.
+#
+# Environment: UROCE_LIB (dir holding our libibverbs.so.1), UROCE_BIN (the uroce command),
+# VERIFY_BIN (rdma_verify, built from rdma_verify.c: data-checking RC traffic of every kind),
+# DISSECT_BIN (uroce-dissect, reads uroce's capture of each damaged case),
+# RXEVM (the rxe-vm scripts, default ../shared/rxe-vm next to the repo), INTEROP_DIR (state,
+# default /var/tmp/uroce-interop). Exit 77 = skipped (not root, or no qemu).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+RXEVM=${RXEVM:-$(cd "$repo/.." && pwd)/shared/rxe-vm}
+STATE=${INTEROP_DIR:-/var/tmp/uroce-interop}
+LIB=${UROCE_LIB:-$repo/build/lib}
+UROCE=${UROCE_BIN:-$repo/build/tools/uroce/uroce}
+VERIFY=${VERIFY_BIN:-$repo/build/tests/interop/rdma_verify}
+DISSECT=${DISSECT_BIN:-$repo/build/tools/dissect/uroce-dissect}
+NS=urix BR=urbr0 TAP=urtap0 VETH=urix0 VETHBR=urix-br
+HOST_IP=10.78.0.1 VM_IP=10.78.0.11 VM_MAC=52:54:00:78:00:11 LINK_MTU=9000
+VMDIR=$STATE/vm
+CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-120}  # per program; a case gives up after this
+
+say() { echo "interop: $*"; }
+die() { echo "interop: $*" >&2; exit 1; }
+
+preflight() {
+  [ "$(id -u)" -eq 0 ] || { echo "SKIP: interop needs root (network namespace, tap, bridge)"; exit 77; }
+  command -v qemu-system-x86_64 >/dev/null \
+    || { echo "SKIP: qemu-system-x86_64 is not installed (tools/install-deps.sh installs it)"; exit 77; }
+  [ -x "$RXEVM/run.sh" ] || die "rxe-vm scripts not found at $RXEVM (set RXEVM=/path/to/shared/rxe-vm)"
+}
+
+agent_running() { [ -f "$STATE/vm.pid" ] && kill -0 "$(cat "$STATE/vm.pid")" 2>/dev/null; }
+
+net_up() {
+  [ -d /sys/class/net/$BR ] || ip link add name $BR type bridge stp_state 0 forward_delay 0
+  echo 1 > /proc/sys/net/ipv6/conf/$BR/disable_ipv6
+  ip link set $BR mtu $LINK_MTU up
+  ip netns list | grep -qw $NS || ip netns add $NS
+  if [ ! -d /sys/class/net/$VETHBR ]; then
+    ip link add $VETHBR mtu $LINK_MTU type veth peer name $VETH mtu $LINK_MTU
+    ip link set $VETH netns $NS
+  fi
+  echo 1 > /proc/sys/net/ipv6/conf/$VETHBR/disable_ipv6
+  ip link set $VETHBR master $BR up
+  ip netns exec $NS sh -c "echo 1 > /proc/sys/net/ipv6/conf/$VETH/disable_ipv6" 2>/dev/null || true
+  ip -n $NS link set lo up
+  ip -n $NS link set $VETH up
+  ip -n $NS addr replace $HOST_IP/24 dev $VETH
+}
+
+net_down() {
+  ip netns pids $NS 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del $NS 2>/dev/null || true
+  ip link del $VETHBR 2>/dev/null || true
+  ip link del $TAP 2>/dev/null || true
+  ip link del $BR 2>/dev/null || true
+}
+
+cmd_start() {
+  preflight
+  mkdir -p "$STATE"
+  if agent_running; then say "VM agent already running (pid $(cat "$STATE/vm.pid"))"; return 0; fi
+  local t0=$SECONDS
+  # The image is built once per machine and cached in /var/tmp/rxe-vm; build.sh is idempotent.
+  if [ ! -f "${RXEVM_DIR:-/var/tmp/rxe-vm}/rootfs.ext4" ]; then
+    say "building the rxe-vm image (once per machine, ~2 min)"
+    bash "$RXEVM/build.sh" > "$STATE/build.log" 2>&1 || { tail -20 "$STATE/build.log"; die "rxe-vm build.sh failed (log: $STATE/build.log)"; }
+  fi
+  net_up
+  rm -rf "$VMDIR"; mkdir -p "$VMDIR" "$STATE/pcaps"
+  echo 0 > "$STATE/next"
+  # Detached, with every descriptor redirected: ctest must not wait for the VM's output.
+  setsid bash "$RXEVM/run.sh" --name uroce-ix --rundir "$VMDIR" --ip $VM_IP/24 --mac $VM_MAC \
+    --tap $TAP --bridge $BR --mtu $LINK_MTU --no-ipv6 --timeout 3000 --quiet \
+    --cmd-file "$here/guest-agent.sh" > "$STATE/vm.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/vm.pid"
+  for _ in $(seq 1200); do
+    [ -e "$VMDIR/agent-ready" ] && break
+    kill -0 "$(cat "$STATE/vm.pid")" 2>/dev/null || { cat "$STATE/vm.log"; die "the VM exited during boot"; }
+    sleep 0.1
+  done
+  [ -e "$VMDIR/agent-ready" ] || { cat "$STATE/vm.log"; die "the VM agent did not come up in 120 s"; }
+  say "VM agent ready after $((SECONDS - t0)) s: rdma_rxe at $VM_IP, uroce in netns $NS at $HOST_IP"
+}
+
+cmd_stop() {
+  if agent_running; then
+    local n; n=$(cat "$STATE/next")
+    echo exit > "$VMDIR/job.$n.sh"
+    for _ in $(seq 300); do agent_running || break; sleep 0.1; done
+    agent_running && kill -- -"$(cat "$STATE/vm.pid")" 2>/dev/null || true
+  fi
+  rm -f "$STATE/vm.pid"
+  net_down
+  say "stopped"
+}
+
+# guest_job N SCRIPT: hands job N to the agent, which starts it as soon as the file appears.
+guest_job() {
+  local n=$1
+  echo $((n + 1)) > "$STATE/next"
+  printf '%s\n' "$2" > "$VMDIR/job.$n.tmp"
+  mv "$VMDIR/job.$n.tmp" "$VMDIR/job.$n.sh"
+}
+
+guest_wait() {  # N -> the job's exit status; a job still running after the timeout is cancelled
+  local n=$1
+  for _ in $(seq $((CASE_TIMEOUT * 10 + 200))); do
+    [ -e "$VMDIR/job.$n.rc" ] && { return "$(cat "$VMDIR/job.$n.rc")"; }
+    agent_running || { echo "the VM died (log: $STATE/vm.log)"; return 98; }
+    sleep 0.1
+  done
+  guest_cancel "$n"
+  echo "guest job $n did not finish in time: cancelled"; return 97
+}
+
+# guest_cancel N: asks job N to stop its program (its watcher kills it) and waits for the end.
+guest_cancel() {
+  local n=$1
+  touch "$VMDIR/job.$n.cancel"
+  for _ in $(seq 100); do [ -e "$VMDIR/job.$n.rc" ] && return 0; sleep 0.1; done
+  return 1
+}
+
+# guest_script N CMD PORT: the job that runs CMD in the guest: netem set up first, the program
+# bounded by CASE_TIMEOUT and stopped early when the host cancels the job; job.N.listening
+# appears once something listens on TCP PORT (servers).
+guest_script() {
+  local n=$1 cmd=$2 port=$3
+  cat <<EOF
+tc qdisc del dev eth0 root 2>/dev/null
+${netem:+tc qdisc add dev eth0 root netem $netem || exit 90}
+timeout $CASE_TIMEOUT $cmd &
+p=\$!
+( while kill -0 \$p 2>/dev/null; do [ -e /host/job.$n.cancel ] && kill \$p; sleep 0.2; done ) &
+EOF
+  [ "$port" = 0 ] || cat <<EOF
+for i in \$(seq 600); do ss -Hltn 'sport = :$port' | grep -q . && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
+touch /host/job.$n.listening
+EOF
+  echo 'wait $p'
+}
+
+# --- the cases -------------------------------------------------------------------------------
+# NAME|DIRECTION|PROGRAM AND ARGS (both sides)|GUEST NETEM|UROCE FAULT
+#   DIRECTION u2k: uroce is the client, the kernel the server; k2u: the other way round.
+#   Both sides get the same arguments plus their device and GID index; perftest gets -F
+#   (no CPU frequency check) and the client the server's address.
+CASES=$(cat <<'EOF'
+rc_pingpong_m1024|both|ibv_rc_pingpong -s 4096 -n 100 -m 1024 -c||
+rc_pingpong_m4096|both|ibv_rc_pingpong -s 16384 -n 50 -m 4096 -c||
+rc_pingpong_events|both|ibv_rc_pingpong -s 1024 -n 50 -m 1024 -c -e||
+uc_pingpong|both|ibv_uc_pingpong -s 4096 -n 100 -m 1024 -c||
+ud_pingpong|both|ibv_ud_pingpong -s 1024 -n 100 -c||
+srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c||
+send_bw_64|both|ib_send_bw -s 64 -n 500 -m 1024||
+send_bw_64k_m4096|both|ib_send_bw -s 65536 -n 100 -m 4096||
+write_bw_4k|both|ib_write_bw -s 4096 -n 500 -m 1024||
+write_bw_1m_m4096|both|ib_write_bw -s 1048576 -n 10 -m 4096||
+read_bw_64k|both|ib_read_bw -s 65536 -n 100 -m 1024||
+read_bw_4k_m4096|both|ib_read_bw -s 4096 -n 300 -m 4096||
+atomic_bw_fadd|both|ib_atomic_bw -A FETCH_AND_ADD -n 300||
+atomic_bw_cas|both|ib_atomic_bw -A CMP_AND_SWAP -n 300||
+send_lat|both|ib_send_lat -s 64 -n 200 -m 1024||
+write_lat|both|ib_write_lat -s 64 -n 200 -m 1024||
+read_lat|both|ib_read_lat -s 4096 -n 200 -m 1024||
+atomic_lat|both|ib_atomic_lat -n 200||
+verify_m1024|both|rdma_verify -s 10000 -n 30 -m 1024||
+verify_m4096|both|rdma_verify -s 70000 -n 10 -m 4096||
+lossy5_verify|both|rdma_verify -s 10000 -n 30 -m 1024|loss 5%|loss=0.05,seed=21
+damaged_verify|both|rdma_verify -s 10000 -n 30 -m 4096|loss 2% duplicate 2% corrupt 1%|loss=0.02,duplicate=0.02,corrupt=0.01,seed=23
+lossy1_rc_pingpong|both|ibv_rc_pingpong -s 8192 -n 100 -m 1024 -c|loss 1%|loss=0.01,seed=11
+lossy5_rc_pingpong|both|ibv_rc_pingpong -s 8192 -n 100 -m 1024 -c|loss 5%|loss=0.05,seed=12
+lossy5_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=13
+lossy5_send_bw|both|ib_send_bw -s 16384 -n 200 -m 4096|loss 5%|loss=0.05,seed=14
+lossy5_read_bw|both|ib_read_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=15
+lossy1_atomic_bw|both|ib_atomic_bw -n 300|loss 1%|loss=0.01,seed=16
+reorder_srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c|delay 1ms reorder 95%|reorder=0.05,window=4,seed=17
+reorder_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=18
+reorder_verify|both|rdma_verify -s 10000 -n 30 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=22
+EOF
+)
+
+cmd_list() {
+  local name dir rest
+  while IFS='|' read -r name dir rest; do
+    if [ "$dir" = both ]; then echo "$name.u2k"; echo "$name.k2u"; else echo "$name.$dir"; fi
+  done <<< "$CASES"
+}
+
+# uroce_side ROLE LOG ARGS...: runs a program on uroce in the namespace.
+uroce_cmd() {
+  local fault=$1 pcap=$2; shift 2
+  ip netns exec $NS env UROCE_IFACE=$VETH ${fault:+UROCE_FAULT=$fault} \
+    "$UROCE" run --pcap "$pcap" -- timeout "$CASE_TIMEOUT" "$@"
+}
+
+result_line() {  # the figure a program prints (pingpong: "iters in"; perftest: the table row)
+  grep -E 'iters in|^ +[0-9]+ +[0-9]+ +[0-9.]+|verified' "$1" | tail -1 | tr -s ' \t' ' ' || true
+}
+
+cmd_case() {
+  preflight
+  local want=$1 base=${1%.*} dir=${1##*.}
+  local line name d prog netem fault found=0
+  while IFS='|' read -r name d prog netem fault; do
+    [ "$name" = "$base" ] && { found=1; break; }
+  done <<< "$CASES"
+  [ $found = 1 ] && { [ "$dir" = u2k ] || [ "$dir" = k2u ]; } || die "unknown case '$want' (see: interop.sh list)"
+  agent_running || die "the VM agent is not running (interop.sh start; ctest runs it as the Interop.start fixture)"
+  local n; n=$(cat "$STATE/next")
+  local port=$((20000 + n))
+  local ulog="$STATE/$want.uroce.log" pcap="$STATE/pcaps/$want.pcap"
+  local perf="" tool=${prog%% *}
+  case "$tool" in ib_*) perf=1 ;; esac
+  local uargs gargs
+  if [ -n "$perf" ]; then
+    uargs="$prog -d uroce0 -x 1 -F -p $port"; gargs="$prog -d rxe0 -x \$RXE_GID -F -p $port"
+  elif [ "$tool" = rdma_verify ]; then
+    [ -x "$VERIFY" ] || die "rdma_verify not built at $VERIFY (set VERIFY_BIN)"
+    cp "$VERIFY" "$VMDIR/rdma_verify"
+    local rest=${prog#rdma_verify}
+    uargs="$VERIFY$rest -d uroce0 -g 1 -p $port"; gargs="/host/rdma_verify$rest -d rxe0 -g \$RXE_GID -p $port"
+  else
+    uargs="$prog -d uroce0 -g 1 -p $port"; gargs="$prog -d rxe0 -g \$RXE_GID -p $port"
+  fi
+  say "$want: uroce $([ "$dir" = u2k ] && echo client || echo server) ↔ rdma_rxe $([ "$dir" = u2k ] && echo server || echo client)${netem:+, guest netem $netem}${fault:+, uroce fault $fault}"
+  local urc=0 grc=0
+  if [ "$dir" = u2k ]; then
+    # kernel server first; the uroce client once the server's TCP port listens.
+    guest_job "$n" "$(guest_script "$n" "$gargs" "$port")"
+    for _ in $(seq 900); do [ -e "$VMDIR/job.$n.listening" ] || [ -e "$VMDIR/job.$n.rc" ] && break; sleep 0.1; done
+    # shellcheck disable=SC2086
+    uroce_cmd "$fault" "$pcap" $uargs $VM_IP > "$ulog" 2>&1 || urc=$?
+    [ $urc -eq 0 ] || guest_cancel "$n" || true  # a failed client leaves the server waiting
+    guest_wait "$n" || grc=$?
+  else
+    # uroce server first, then the kernel client once the server listens.
+    # shellcheck disable=SC2086
+    uroce_cmd "$fault" "$pcap" $uargs > "$ulog" 2>&1 &
+    local up=$!
+    for _ in $(seq 300); do
+      [ -n "$(ip netns exec $NS ss -Hltn "sport = :$port" 2>/dev/null)" ] && break
+      kill -0 $up 2>/dev/null || break
+      sleep 0.1
+    done
+    guest_job "$n" "$(guest_script "$n" "$gargs $HOST_IP" 0)"
+    guest_wait "$n" || grc=$?
+    [ $grc -eq 0 ] || kill "$up" 2>/dev/null || true  # a failed client leaves the server waiting
+    wait $up || urc=$?
+  fi
+  local glog="$VMDIR/job.$n.out"
+  local ures gres
+  ures=$(result_line "$ulog"); gres=$(result_line "$glog")
+  local bad=""
+  [ $urc -eq 0 ] || bad="uroce side exit $urc"
+  [ $grc -eq 0 ] || bad="${bad:+$bad, }kernel side exit $grc"
+  grep -qi "invalid data" "$ulog" "$glog" && bad="${bad:+$bad, }received data did not validate"
+  # Every client prints its figures (ib_read_lat's server prints none).
+  if [ "$dir" = u2k ] && [ -z "$ures" ]; then bad="${bad:+$bad, }uroce client printed no result"; fi
+  if [ "$dir" = k2u ] && [ -z "$gres" ]; then bad="${bad:+$bad, }kernel client printed no result"; fi
+  if [ -n "$bad" ]; then
+    echo "FAIL: $want: $bad"
+    echo "--- uroce side ($ulog):"; tail -30 "$ulog"
+    echo "--- kernel side ($glog):"; tail -30 "$glog"
+    echo "--- capture of uroce's side: $pcap"
+    return 1
+  fi
+  # Damaged links: the capture of uroce's port must show recovery at work (retransmissions,
+  # NAKs), otherwise the case did not test what it claims to.
+  local recovery=""
+  if [ -n "$netem$fault" ]; then
+    recovery=$("$DISSECT" --explain "$pcap" | awk '
+      /^    sequence/ { for (i = 1; i < NF; ++i) if ($(i+1) == "retransmitted;") r += $i }
+      /^    responses/ { for (i = 1; i < NF; ++i) if ($(i+1) == "NAK" && $(i-1) != "RNR") k += $i }
+      END { printf "%d retransmitted, %d NAK", r, k }')
+    case "$base" in
+      lossy5_*|damaged_*|reorder_*)
+        case "$recovery" in
+          "0 retransmitted, 0 NAK") echo "FAIL: $want: no retransmission or NAK in $pcap: the damage did not happen"; return 1 ;;
+        esac ;;
+    esac
+    recovery=" [$recovery]"
+  fi
+  echo "ok: $want: uroce: ${ures:-(no figures)} | kernel: ${gres:-(no figures)}$recovery"
+  rm -f "$pcap"
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  list) cmd_list ;;
+  case) [ $# -eq 2 ] || die "usage: interop.sh case NAME"; cmd_case "$2" ;;
+  all)
+    cmd_start; trap cmd_stop EXIT; rc=0
+    for c in $(cmd_list); do cmd_case "$c" || rc=1; done
+    exit $rc ;;
+  *) sed -n '2,25p' "$0"; exit 2 ;;
+esac
