@@ -30,7 +30,13 @@ inline constexpr uint32_t kMinCwnd = 8;
 
 /// A completion queue: a ring of finished work completions.
 struct Cq {
-  ibv_cq ibv{};  // first: the ibv_cq* in verbs structures converts back to the Cq
+  // First: the ibv_cq* in verbs structures converts back to the Cq. ibv_cq_ex begins with
+  // the same members as ibv_cq (that is how ibv_cq_ex_to_cq works), so one object serves
+  // both APIs; the extended poll functions live in `ex` (set by the verbs provider).
+  union {
+    ibv_cq_ex ex{};
+    ibv_cq ibv;
+  };
   uint32_t handle = 0;
   Ring<ibv_wc> ring;
   bool overflowed = false;  // a completion was lost: the CQ is in error (IBA 11.4.2.1)
@@ -39,6 +45,7 @@ struct Cq {
   // Completion-channel arming, kept here for the verbs provider (the engine ignores it).
   bool notify_armed = false;
   uint64_t notify_seen = 0;
+  ibv_wc ex_wc{};  // the completion ibv_start_poll/ibv_next_poll is looking at (provider)
 };
 
 struct Sge {
@@ -147,7 +154,13 @@ struct RdAtomicRes {
 enum TimerKind : uint8_t { kTimerRetransmit, kTimerRnr, kTimerNeighbor };
 
 struct Qp {
-  ibv_qp ibv{};  // first: lets the verbs layer convert ibv_qp* back to Qp*
+  // First: lets the verbs layer convert ibv_qp* back to Qp*. ibv_qp_ex starts with an
+  // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast.
+  union {
+    ibv_qp_ex ex{};
+    ibv_qp ibv;
+  };
+  void* ext = nullptr;  // the provider's ibv_wr_* builder when created with send_ops_flags
   uint32_t qpn = 0;
   ibv_qp_type type = IBV_QPT_RC;
   ibv_qp_state state = IBV_QPS_RESET;
@@ -233,7 +246,6 @@ struct Qp {
   bool scheduled = false;  // in the engine's active list
   bool flush_pending = false;
   bool sq_drained_notified = false;
-  uint64_t udp_sport = 0xC000;
 };
 
 // The verbs structures carry ibv_* pointers; our objects start with that ibv_* member.

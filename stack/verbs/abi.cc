@@ -66,6 +66,7 @@ void install_ops(Context* ctx) {
   o.dealloc_mw = op_dealloc_mw;
   ctx->vctx.query_port = op_query_port;
   ctx->vctx.query_device_ex = op_query_device_ex;
+  install_ext_ops(ctx);
 }
 }  // namespace uroce::verbs
 
@@ -217,7 +218,6 @@ void ibv_ack_async_event(ibv_async_event*) {}
 
 // ---- Not supported yet: the extended QP API ---------------------------------------------------
 
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return not_supported<ibv_qp_ex>(); }
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   return not_supported<ibv_mr>();
 }

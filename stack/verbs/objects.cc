@@ -438,9 +438,12 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init
 int ibv_destroy_qp(ibv_qp* qp) {
   ContextState* s = state_of(qp->context);
   std::lock_guard<std::mutex> lock(s->mu);
+  void* ext = to_qp(qp)->ext;
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
-  return s->engine->destroy_qp(to_qp(qp));
+  const int rc = s->engine->destroy_qp(to_qp(qp));
+  if (rc == 0) free_qp_ext(ext);
+  return rc;
 }
 
 }  // extern "C"

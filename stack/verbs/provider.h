@@ -67,6 +67,9 @@ const std::vector<Device*>& devices();
 /// Fills the context's op table and extended ops (abi.cc, objects.cc).
 void install_ops(Context* ctx);
 void install_data_ops(ibv_context_ops* ops);
+/// create_cq_ex / create_qp_ex (ext.cc), and the ibv_wr_* builder a QP may own.
+void install_ext_ops(Context* ctx);
+void free_qp_ext(void* ext);
 /// Called by the progress thread after each engine poll, with the lock held.
 void progress_hook(ContextState* s);
 

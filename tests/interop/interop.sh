@@ -169,6 +169,7 @@ CASES=$(cat <<'EOF'
 rc_pingpong_m1024|both|ibv_rc_pingpong -s 4096 -n 100 -m 1024 -c||
 rc_pingpong_m4096|both|ibv_rc_pingpong -s 16384 -n 50 -m 4096 -c||
 rc_pingpong_events|both|ibv_rc_pingpong -s 1024 -n 50 -m 1024 -c -e||
+rc_pingpong_new_send|both|ibv_rc_pingpong -s 4096 -n 50 -m 1024 -c -N||
 uc_pingpong|both|ibv_uc_pingpong -s 4096 -n 100 -m 1024 -c||
 ud_pingpong|both|ibv_ud_pingpong -s 1024 -n 100 -c||
 srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c||

@@ -68,6 +68,7 @@ echo "ok: uroce run --pcap: $summary"
 
 run_pair ibv_rc_pingpong ibv_rc_pingpong -d uroce0 -g 1 -n 200 --
 run_pair "ibv_rc_pingpong -e" ibv_rc_pingpong -d uroce0 -g 1 -n 100 -e --
+run_pair "ibv_rc_pingpong -N (ibv_wr_* API)" ibv_rc_pingpong -d uroce0 -g 1 -n 100 -N -c --
 run_pair ibv_uc_pingpong ibv_uc_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_ud_pingpong ibv_ud_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_srq_pingpong ibv_srq_pingpong -d uroce0 -g 1 -n 100 --
@@ -88,6 +89,14 @@ run_pair "ib_send_bw -c UC" ib_send_bw -d uroce0 -x 1 -c UC -s 4096 -n 200 --
 run_pair "ib_write_bw -c UC" ib_write_bw -d uroce0 -x 1 -c UC -s 4096 -n 200 --
 run_pair "ib_send_bw --use-srq" ib_send_bw -d uroce0 -x 1 --use-srq -s 4096 -n 200 --
 run_pair "ib_send_bw -e (completion events)" ib_send_bw -d uroce0 -x 1 -e -s 4096 -n 200 --
+
+# Failure: a client with no server exits with an error at once, it does not hang.
+rc=0
+ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
+  timeout 30 ib_write_bw -d uroce0 -x 1 -s 4096 -n 10 10.95.0.2 >"$dir/client.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -qi "couldn't connect" "$dir/client.log" \
+  || { echo "FAIL: client with no server: exit $rc"; cat "$dir/client.log"; exit 1; }
+echo "ok: client with no server: exit $rc, $(grep -i "couldn't connect" "$dir/client.log" | head -1)"
 
 # Failure: the server dies mid-transfer. The client must fail cleanly (completion error,
 # non-zero exit) well within its timeout, not hang.

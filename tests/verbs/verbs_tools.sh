@@ -3,9 +3,9 @@
 #   1. the library exports exactly the symbol versions of Debian's libibverbs.so.1;
 #   2. ibv_devices lists the configured device; a bad setting prints one clear line;
 #   3. ibv_devinfo -v (in a network namespace with a veth end) shows the RoCEv2 port.
-# Usage: verbs_tools.sh LIBDIR. Needs root for step 3 (skipped with exit 77 otherwise).
+# Usage: verbs_tools.sh LIBDIR LOOPBACK_ACCESS LOOPBACK_EXT. Needs root for step 3 (skipped with exit 77 otherwise).
 set -euo pipefail
-lib=$1 loopback=$2
+lib=$1 loopback=$2 loopback_ext=$3
 fail() { echo "FAIL: $*"; exit 1; }
 command -v ibv_devinfo >/dev/null || { echo "SKIP: ibverbs-utils not installed"; exit 77; }
 
@@ -64,6 +64,9 @@ echo "ok: a 9000-byte link gives active_mtu 4096"
 # A C program on our library: loopback RDMA WRITE between two QPs of one device, then a wrong
 # R_Key -> IBV_WC_REM_ACCESS_ERR with the target untouched.
 out=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" "$loopback") || fail "loopback_access: $out"
+echo "$out"
+# The extended verbs: ibv_create_cq_ex + ibv_start_poll, ibv_create_qp_ex + ibv_wr_* batches.
+out=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" "$loopback_ext") || fail "loopback_ext: $out"
 echo "$out"
 
 # pyverbs, rdma-core's Python binding (use Debian's python3: the one on PATH may be another).

@@ -1,0 +1,362 @@
+// The extended verbs: ibv_create_cq_ex with the ibv_start_poll / ibv_next_poll / ibv_wc_read_*
+// iterator, and ibv_create_qp_ex with send_ops_flags, ibv_qp_to_qp_ex and the ibv_wr_* builder.
+//
+// Both are thin layers over the classic paths: a cq_ex polls one ibv_wc at a time through the
+// context's poll_cq op and the read_* functions return its fields; a qp_ex builds a chain of
+// ibv_send_wr between ibv_wr_start and ibv_wr_complete and posts it with one engine call.
+// The builder's entries are kept between batches (a vector that only grows), so a steady
+// application allocates nothing per work request. Unsupported requests (memory windows,
+// LOCAL_INV, TSO, XRC, completion timestamps) fail with EOPNOTSUPP, as rdma-core documents.
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "verbs/provider.h"
+
+using namespace uroce;
+using namespace uroce::verbs;
+
+namespace {
+
+// ---- CQ ------------------------------------------------------------------------------------
+
+Cq* cq_of(ibv_cq_ex* c) { return to_cq(ibv_cq_ex_to_cq(c)); }
+
+int poll_one(ibv_cq_ex* current) {
+  ibv_cq* cq = ibv_cq_ex_to_cq(current);
+  Cq* c = to_cq(cq);
+  const int n = cq->context->ops.poll_cq(cq, 1, &c->ex_wc);
+  if (n < 0) return EINVAL;
+  if (n == 0) return ENOENT;
+  current->wr_id = c->ex_wc.wr_id;
+  current->status = c->ex_wc.status;
+  return 0;
+}
+
+int cq_start_poll(ibv_cq_ex* current, ibv_poll_cq_attr* attr) {
+  if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
+  return poll_one(current);
+}
+int cq_next_poll(ibv_cq_ex* current) { return poll_one(current); }
+void cq_end_poll(ibv_cq_ex*) {}
+ibv_wc_opcode cq_read_opcode(ibv_cq_ex* c) { return cq_of(c)->ex_wc.opcode; }
+uint32_t cq_read_vendor_err(ibv_cq_ex* c) { return cq_of(c)->ex_wc.vendor_err; }
+uint32_t cq_read_byte_len(ibv_cq_ex* c) { return cq_of(c)->ex_wc.byte_len; }
+__be32 cq_read_imm_data(ibv_cq_ex* c) { return cq_of(c)->ex_wc.imm_data; }
+uint32_t cq_read_qp_num(ibv_cq_ex* c) { return cq_of(c)->ex_wc.qp_num; }
+uint32_t cq_read_src_qp(ibv_cq_ex* c) { return cq_of(c)->ex_wc.src_qp; }
+unsigned int cq_read_wc_flags(ibv_cq_ex* c) { return cq_of(c)->ex_wc.wc_flags; }
+uint32_t cq_read_slid(ibv_cq_ex* c) { return cq_of(c)->ex_wc.slid; }
+uint8_t cq_read_sl(ibv_cq_ex* c) { return cq_of(c)->ex_wc.sl; }
+uint8_t cq_read_dlid_path_bits(ibv_cq_ex* c) { return cq_of(c)->ex_wc.dlid_path_bits; }
+
+constexpr uint64_t kCqWcFlags = IBV_WC_STANDARD_FLAGS;
+
+ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD}) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // Parent domains, overrun-ignoring CQs and timestamps are not supported.
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ||
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+       (attr->flags & ~uint32_t{IBV_CREATE_CQ_ATTR_SINGLE_THREADED})) ||
+      (attr->wc_flags & ~kCqWcFlags)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (attr->cqe > static_cast<uint32_t>(INT32_MAX)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_cq* cq = ibv_create_cq(context, static_cast<int>(attr->cqe), attr->cq_context,
+                             attr->channel, static_cast<int>(attr->comp_vector));
+  if (cq == nullptr) return nullptr;
+  ibv_cq_ex& x = to_cq(cq)->ex;
+  x.comp_mask = 0;
+  x.start_poll = cq_start_poll;
+  x.next_poll = cq_next_poll;
+  x.end_poll = cq_end_poll;
+  x.read_opcode = cq_read_opcode;
+  x.read_vendor_err = cq_read_vendor_err;
+  x.read_byte_len = cq_read_byte_len;
+  x.read_imm_data = cq_read_imm_data;
+  x.read_qp_num = cq_read_qp_num;
+  x.read_src_qp = cq_read_src_qp;
+  x.read_wc_flags = cq_read_wc_flags;
+  x.read_slid = cq_read_slid;
+  x.read_sl = cq_read_sl;
+  x.read_dlid_path_bits = cq_read_dlid_path_bits;
+  return &x;
+}
+
+// ---- QP: the ibv_wr_* builder -----------------------------------------------------------------
+
+struct Entry {
+  ibv_send_wr wr;
+  uint32_t num_sge;
+  ibv_sge sge[kMaxSge];
+  uint8_t inl[kMaxInline];  // inline data is copied here: the caller's buffer may be reused
+};
+
+struct Builder {
+  std::mutex mu;  // held from ibv_wr_start to ibv_wr_complete / ibv_wr_abort
+  std::vector<Entry> entries;
+  size_t n = 0;  // entries in the current batch
+  int err = 0;   // the first error of the batch; ibv_wr_complete returns it
+  uint64_t send_ops = 0;
+};
+
+Builder* builder_of(ibv_qp_ex* q) { return static_cast<Builder*>(to_qp(&q->qp_base)->ext); }
+
+/// Starts a new work request of the batch from the qp_ex's wr_id / wr_flags.
+Entry* begin_wr(ibv_qp_ex* q, ibv_wr_opcode op, uint64_t needs) {
+  Builder* b = builder_of(q);
+  if (b->err != 0) return nullptr;
+  if ((b->send_ops & needs) == 0) {
+    b->err = EOPNOTSUPP;  // not announced in send_ops_flags at creation
+    return nullptr;
+  }
+  if (b->n == b->entries.size()) b->entries.emplace_back();
+  Entry* e = &b->entries[b->n++];
+  e->wr = {};
+  e->wr.wr_id = q->wr_id;
+  e->wr.opcode = op;
+  e->wr.send_flags = q->wr_flags;
+  e->num_sge = 0;
+  return e;
+}
+
+Entry* current(ibv_qp_ex* q) {
+  Builder* b = builder_of(q);
+  if (b->err != 0) return nullptr;
+  if (b->n == 0) {
+    b->err = EINVAL;  // a setter before any ibv_wr_<op>
+    return nullptr;
+  }
+  return &b->entries[b->n - 1];
+}
+
+void wr_send(ibv_qp_ex* q) { begin_wr(q, IBV_WR_SEND, IBV_QP_EX_WITH_SEND); }
+void wr_send_imm(ibv_qp_ex* q, __be32 imm) {
+  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_IMM))
+    e->wr.imm_data = imm;
+}
+void wr_send_inv(ibv_qp_ex* q, uint32_t rkey) {
+  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV))
+    e->wr.invalidate_rkey = rkey;
+}
+void set_rdma(Entry* e, uint32_t rkey, uint64_t addr) {
+  e->wr.wr.rdma.rkey = rkey;
+  e->wr.wr.rdma.remote_addr = addr;
+}
+void wr_rdma_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE)) set_rdma(e, rkey, addr);
+}
+void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
+  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)) {
+    set_rdma(e, rkey, addr);
+    e->wr.imm_data = imm;
+  }
+}
+void wr_rdma_read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  if (Entry* e = begin_wr(q, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ)) set_rdma(e, rkey, addr);
+}
+void wr_atomic_cmp_swp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare,
+                       uint64_t swap) {
+  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)) {
+    e->wr.wr.atomic = {addr, compare, swap, rkey};
+  }
+}
+void wr_atomic_fetch_add(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
+  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)) {
+    e->wr.wr.atomic = {addr, add, 0, rkey};
+  }
+}
+void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* value) {
+  // The 8 bytes to write are the payload: carry them inline.
+  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE)) {
+    set_rdma(e, rkey, addr);
+    std::memcpy(e->inl, value, 8);
+    e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), 8, 0};
+    e->num_sge = 1;
+    e->wr.send_flags |= IBV_SEND_INLINE;
+  }
+}
+void wr_unsupported_inv(ibv_qp_ex* q, uint32_t) { builder_of(q)->err = EOPNOTSUPP; }
+void wr_unsupported_bind(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
+  builder_of(q)->err = EOPNOTSUPP;
+}
+void wr_unsupported_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) {
+  builder_of(q)->err = EOPNOTSUPP;
+}
+void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  if (Entry* e = current(q)) e->wr.wr.ud = {ah, remote_qpn, remote_qkey};
+}
+void wr_set_sge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  if (Entry* e = current(q)) {
+    e->sge[0] = {addr, length, lkey};
+    e->num_sge = 1;
+  }
+}
+void wr_set_sge_list(ibv_qp_ex* q, size_t num_sge, const ibv_sge* list) {
+  Entry* e = current(q);
+  if (e == nullptr) return;
+  if (num_sge > kMaxSge) {
+    builder_of(q)->err = EINVAL;
+    return;
+  }
+  std::memcpy(e->sge, list, num_sge * sizeof(ibv_sge));
+  e->num_sge = static_cast<uint32_t>(num_sge);
+}
+void wr_set_inline_data_list(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* bufs) {
+  Entry* e = current(q);
+  if (e == nullptr) return;
+  size_t total = 0;
+  for (size_t i = 0; i < num_buf; ++i) total += bufs[i].length;
+  if (total > kMaxInline) {
+    builder_of(q)->err = EINVAL;  // more than max_inline_data
+    return;
+  }
+  size_t off = 0;
+  for (size_t i = 0; i < num_buf; ++i) {
+    if (bufs[i].length > 0) std::memcpy(e->inl + off, bufs[i].addr, bufs[i].length);
+    off += bufs[i].length;
+  }
+  e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), static_cast<uint32_t>(total), 0};
+  e->num_sge = 1;
+  e->wr.send_flags |= IBV_SEND_INLINE;
+}
+void wr_set_inline_data(ibv_qp_ex* q, void* addr, size_t length) {
+  const ibv_data_buf b{addr, length};
+  wr_set_inline_data_list(q, 1, &b);
+}
+void wr_unsupported_srqn(ibv_qp_ex* q, uint32_t) { builder_of(q)->err = EOPNOTSUPP; }
+
+void wr_start(ibv_qp_ex* q) {
+  Builder* b = builder_of(q);
+  b->mu.lock();
+  b->n = 0;
+  b->err = 0;
+}
+int wr_complete(ibv_qp_ex* q) {
+  Builder* b = builder_of(q);
+  int rc = b->err;
+  if (rc == 0 && b->n > 0) {
+    for (size_t i = 0; i < b->n; ++i) {  // link the batch now that the vector is stable
+      Entry& e = b->entries[i];
+      e.wr.sg_list = e.num_sge > 0 ? e.sge : nullptr;
+      e.wr.num_sge = static_cast<int>(e.num_sge);
+      e.wr.next = i + 1 < b->n ? &b->entries[i + 1].wr : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    rc = q->qp_base.context->ops.post_send(&q->qp_base, &b->entries[0].wr, &bad);
+  }
+  b->n = 0;
+  b->err = 0;
+  b->mu.unlock();
+  return rc;
+}
+void wr_abort(ibv_qp_ex* q) {
+  Builder* b = builder_of(q);
+  b->n = 0;
+  b->err = 0;
+  b->mu.unlock();
+}
+
+constexpr uint64_t kSendOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
+    IBV_QP_EX_WITH_ATOMIC_WRITE;
+
+ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                              IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+                              IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
+                              IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr->comp_mask & ~kKnown) || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) ||
+      attr->pd == nullptr || attr->pd->context != context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const bool with_ops = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+                          IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)) ||
+      ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) ||
+      (with_ops && (attr->send_ops_flags & ~kSendOps))) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  ibv_qp_init_attr a{};
+  a.qp_context = attr->qp_context;
+  a.send_cq = attr->send_cq;
+  a.recv_cq = attr->recv_cq;
+  a.srq = attr->srq;
+  a.cap = attr->cap;
+  a.qp_type = attr->qp_type;
+  a.sq_sig_all = attr->sq_sig_all;
+  ibv_qp* qp = ibv_create_qp(attr->pd, &a);
+  if (qp == nullptr) return nullptr;
+  attr->cap = a.cap;
+  if (with_ops) {
+    auto* b = new (std::nothrow) Builder;
+    if (b == nullptr) {
+      ibv_destroy_qp(qp);
+      errno = ENOMEM;
+      return nullptr;
+    }
+    b->send_ops = attr->send_ops_flags;
+    b->entries.reserve(a.cap.max_send_wr < 64 ? a.cap.max_send_wr : 64);
+    Qp* q = to_qp(qp);
+    q->ext = b;
+    ibv_qp_ex& x = q->ex;
+    x.comp_mask = 0;
+    x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+    x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+    x.wr_bind_mw = wr_unsupported_bind;
+    x.wr_local_inv = wr_unsupported_inv;
+    x.wr_rdma_read = wr_rdma_read;
+    x.wr_rdma_write = wr_rdma_write;
+    x.wr_rdma_write_imm = wr_rdma_write_imm;
+    x.wr_send = wr_send;
+    x.wr_send_imm = wr_send_imm;
+    x.wr_send_inv = wr_send_inv;
+    x.wr_send_tso = wr_unsupported_tso;
+    x.wr_set_ud_addr = wr_set_ud_addr;
+    x.wr_set_xrc_srqn = wr_unsupported_srqn;
+    x.wr_set_inline_data = wr_set_inline_data;
+    x.wr_set_inline_data_list = wr_set_inline_data_list;
+    x.wr_set_sge = wr_set_sge;
+    x.wr_set_sge_list = wr_set_sge_list;
+    x.wr_start = wr_start;
+    x.wr_complete = wr_complete;
+    x.wr_abort = wr_abort;
+    x.wr_atomic_write = wr_atomic_write;
+  }
+  return qp;
+}
+
+}  // namespace
+
+namespace uroce::verbs {
+void install_ext_ops(Context* ctx) {
+  ctx->vctx.create_cq_ex = op_create_cq_ex;
+  ctx->vctx.create_qp_ex = op_create_qp_ex;
+}
+void free_qp_ext(void* ext) { delete static_cast<Builder*>(ext); }
+}  // namespace uroce::verbs
+
+extern "C" {
+
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  Qp* q = to_qp(qp);
+  if (q->ext == nullptr) {  // created without send_ops_flags: no ibv_wr_* API (as rdma-core)
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return &q->ex;
+}
+
+}  // extern "C"

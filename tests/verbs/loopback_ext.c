@@ -1,0 +1,242 @@
+/* The extended verbs on uroce, from a plain C program built against rdma-core's headers:
+ *   - ibv_create_cq_ex + ibv_start_poll / ibv_next_poll / ibv_end_poll / ibv_wc_read_*,
+ *   - ibv_create_qp_ex with send_ops_flags, ibv_qp_to_qp_ex, and one ibv_wr_start ..
+ *     ibv_wr_complete batch of WRITE, WRITE_WITH_IMM, inline SEND, FETCH_ADD, CMP_SWAP, READ
+ *     between two RC QPs of one device (loopback), each result checked,
+ *   - the documented failures: an op not announced in send_ops_flags and an unsupported op
+ *     make ibv_wr_complete return EOPNOTSUPP and post nothing; ibv_qp_to_qp_ex of a QP made
+ *     without send_ops_flags and a CQ asking for completion timestamps fail with EOPNOTSUPP.
+ * Prints "ok: ..." lines; exits non-zero on the first surprise. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond, ...)            \
+  do {                              \
+    if (!(cond)) {                  \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n");                 \
+      exit(1);                      \
+    }                               \
+  } while (0)
+
+enum { kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                 IBV_ACCESS_REMOTE_ATOMIC };
+
+static int connect_qp(struct ibv_qp* qp, uint32_t dest, union ibv_gid gid) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = kAccess};
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    return 1;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 1;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    return 2;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) ? 3 : 0;
+}
+
+struct seen {
+  uint64_t wr_id;
+  enum ibv_wc_status status;
+  enum ibv_wc_opcode opcode;
+  uint32_t byte_len, qp_num;
+  unsigned int flags;
+  uint32_t imm;
+};
+
+/* Collects `want` completions through the extended poll API. */
+static int collect(struct ibv_cq_ex* cq, struct seen* out, int want) {
+  int got = 0;
+  for (long spin = 0; got < want && spin < 50000000; ++spin) {
+    struct ibv_poll_cq_attr attr = {0};
+    int rc = ibv_start_poll(cq, &attr);
+    if (rc == ENOENT) continue;
+    CHECK(rc == 0, "ibv_start_poll: %d", rc);
+    do {
+      struct seen* s = &out[got++];
+      s->wr_id = cq->wr_id;
+      s->status = cq->status;
+      s->opcode = ibv_wc_read_opcode(cq);
+      s->byte_len = ibv_wc_read_byte_len(cq);
+      s->qp_num = ibv_wc_read_qp_num(cq);
+      s->flags = ibv_wc_read_wc_flags(cq);
+      s->imm = (s->flags & IBV_WC_WITH_IMM) ? ntohl(ibv_wc_read_imm_data(cq)) : 0;
+    } while (got < want && ibv_next_poll(cq) == 0);
+    ibv_end_poll(cq);
+  }
+  return got;
+}
+
+static const struct seen* find(const struct seen* s, int n, uint64_t wr_id) {
+  for (int i = 0; i < n; ++i)
+    if (s[i].wr_id == wr_id) return &s[i];
+  return NULL;
+}
+
+int main(void) {
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  CHECK(list && n >= 1, "no device");
+  struct ibv_context* ctx = ibv_open_device(list[0]);
+  CHECK(ctx, "open %s", ibv_get_device_name(list[0]));
+  ibv_free_device_list(list);
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
+  CHECK(pd, "pd");
+
+  struct ibv_cq_init_attr_ex ca = {.cqe = 64, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |
+                                                         IBV_WC_EX_WITH_QP_NUM};
+  struct ibv_cq_ex* cq = ibv_create_cq_ex(ctx, &ca);
+  CHECK(cq, "ibv_create_cq_ex: %s", strerror(errno));
+  struct ibv_cq_init_attr_ex ts = ca;
+  ts.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  errno = 0;
+  CHECK(ibv_create_cq_ex(ctx, &ts) == NULL && errno == EOPNOTSUPP,
+        "a CQ with completion timestamps: errno %d", errno);
+  printf("ok: ibv_create_cq_ex (timestamps: EOPNOTSUPP)\n");
+
+  struct ibv_qp_init_attr_ex qa = {
+      .send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq), .qp_type = IBV_QPT_RC,
+      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 1,
+              .max_inline_data = 64},
+      .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+      .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
+                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP};
+  struct ibv_qp* a = ibv_create_qp_ex(ctx, &qa);
+  CHECK(a, "ibv_create_qp_ex: %s", strerror(errno));
+  struct ibv_qp_init_attr plain = {.send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq),
+                                   .qp_type = IBV_QPT_RC,
+                                   .cap = {.max_send_wr = 16, .max_recv_wr = 16,
+                                           .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp* b = ibv_create_qp(pd, &plain);
+  CHECK(b, "ibv_create_qp");
+  errno = 0;
+  CHECK(ibv_qp_to_qp_ex(b) == NULL && errno == EOPNOTSUPP, "qp_to_qp_ex of a classic QP");
+  struct ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  CHECK(x && &x->qp_base == a, "ibv_qp_to_qp_ex");
+  union ibv_gid gid;
+  CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0, "query_gid");
+  int rc = connect_qp(a, b->qp_num, gid);
+  CHECK(rc == 0, "connect a: step %d", rc);
+  rc = connect_qp(b, a->qp_num, gid);
+  CHECK(rc == 0, "connect b: step %d", rc);
+
+  static uint8_t src[5000], dst[5000], back[5000], rbuf[2][256];
+  static uint64_t counter = 100, fetched[2];
+  for (size_t i = 0; i < sizeof src; ++i) src[i] = (uint8_t)(i * 7 + 3);
+  struct ibv_mr* smr = ibv_reg_mr(pd, src, sizeof src, kAccess);
+  struct ibv_mr* dmr = ibv_reg_mr(pd, dst, sizeof dst, kAccess);
+  struct ibv_mr* bmr = ibv_reg_mr(pd, back, sizeof back, kAccess);
+  struct ibv_mr* rmr = ibv_reg_mr(pd, rbuf, sizeof rbuf, kAccess);
+  struct ibv_mr* cmr = ibv_reg_mr(pd, &counter, sizeof counter, kAccess);
+  struct ibv_mr* fmr = ibv_reg_mr(pd, fetched, sizeof fetched, kAccess);
+  CHECK(smr && dmr && bmr && rmr && cmr && fmr, "reg_mr");
+  for (int i = 0; i < 2; ++i) {
+    struct ibv_sge s = {(uintptr_t)rbuf[i], sizeof rbuf[i], rmr->lkey};
+    struct ibv_recv_wr r = {.wr_id = 100 + (uint64_t)i, .sg_list = &s, .num_sge = 1}, *bad;
+    CHECK(ibv_post_recv(b, &r, &bad) == 0, "post_recv");
+  }
+
+  /* One batch: WRITE (two SGEs), WRITE_WITH_IMM, inline SEND, FETCH_ADD, CMP_SWAP, READ. */
+  char msg[] = "hello over ibv_wr_send with inline data";
+  ibv_wr_start(x);
+  x->wr_id = 1;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(x, dmr->rkey, (uintptr_t)dst);
+  struct ibv_sge two[2] = {{(uintptr_t)src, 3000, smr->lkey}, {(uintptr_t)src + 3000, 2000, smr->lkey}};
+  ibv_wr_set_sge_list(x, 2, two);
+  x->wr_id = 2;
+  ibv_wr_rdma_write_imm(x, dmr->rkey, (uintptr_t)dst, htonl(0xabcd));
+  ibv_wr_set_sge(x, smr->lkey, (uintptr_t)src, 10);
+  x->wr_id = 3;
+  x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_wr_send(x);
+  ibv_wr_set_inline_data(x, msg, sizeof msg);
+  memset(msg, 0, sizeof msg); /* inline data was copied: the buffer is ours again */
+  x->wr_id = 4;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_fetch_add(x, cmr->rkey, (uintptr_t)&counter, 5);
+  ibv_wr_set_sge(x, fmr->lkey, (uintptr_t)&fetched[0], 8);
+  x->wr_id = 5;
+  x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+  ibv_wr_atomic_cmp_swp(x, cmr->rkey, (uintptr_t)&counter, 105, 7);
+  ibv_wr_set_sge(x, fmr->lkey, (uintptr_t)&fetched[1], 8);
+  x->wr_id = 6;
+  ibv_wr_rdma_read(x, dmr->rkey, (uintptr_t)dst);
+  ibv_wr_set_sge(x, bmr->lkey, (uintptr_t)back, sizeof back);
+  CHECK(ibv_wr_complete(x) == 0, "ibv_wr_complete");
+
+  struct seen s[16];
+  int got = collect(cq, s, 8);
+  CHECK(got == 8, "%d completions of 8", got);
+  for (uint64_t id = 1; id <= 6; ++id) {
+    const struct seen* c = find(s, got, id);
+    CHECK(c && c->status == IBV_WC_SUCCESS && c->qp_num == a->qp_num, "send wr %llu: %s",
+          (unsigned long long)id, c ? ibv_wc_status_str(c->status) : "missing");
+  }
+  CHECK(find(s, got, 1)->opcode == IBV_WC_RDMA_WRITE && find(s, got, 6)->opcode == IBV_WC_RDMA_READ &&
+        find(s, got, 4)->opcode == IBV_WC_FETCH_ADD && find(s, got, 5)->opcode == IBV_WC_COMP_SWAP,
+        "send opcodes");
+  const struct seen* r_imm = find(s, got, 100);
+  const struct seen* r_send = find(s, got, 101);
+  CHECK(r_imm && r_imm->status == IBV_WC_SUCCESS && r_imm->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+        (r_imm->flags & IBV_WC_WITH_IMM) && r_imm->imm == 0xabcd && r_imm->qp_num == b->qp_num,
+        "receive of WRITE_WITH_IMM: opcode %d flags 0x%x imm 0x%x", r_imm ? (int)r_imm->opcode : -1,
+        r_imm ? r_imm->flags : 0, r_imm ? r_imm->imm : 0);
+  CHECK(r_send && r_send->status == IBV_WC_SUCCESS && r_send->opcode == IBV_WC_RECV &&
+        r_send->byte_len == sizeof msg && !strcmp((char*)rbuf[1], "hello over ibv_wr_send with inline data"),
+        "receive of the inline SEND: byte_len %u '%s'", r_send ? r_send->byte_len : 0, (char*)rbuf[1]);
+  CHECK(!memcmp(dst, src, sizeof src) && !memcmp(back, src, sizeof src), "WRITE / READ data");
+  CHECK(fetched[0] == 100 && fetched[1] == 105 && counter == 7, "atomics: fetched %llu %llu counter %llu",
+        (unsigned long long)fetched[0], (unsigned long long)fetched[1], (unsigned long long)counter);
+  printf("ok: one ibv_wr_* batch (WRITE x2 SGEs, WRITE_WITH_IMM, inline SEND, FETCH_ADD, CMP_SWAP, READ) "
+         "and the ibv_wc_read_* fields\n");
+
+  /* Documented failures: nothing of a failed batch is posted. */
+  ibv_wr_start(x);
+  x->wr_id = 7;
+  ibv_wr_rdma_write(x, dmr->rkey, (uintptr_t)dst);
+  ibv_wr_set_sge(x, smr->lkey, (uintptr_t)src, 8);
+  ibv_wr_send_imm(x, htonl(1)); /* not in send_ops_flags */
+  CHECK(ibv_wr_complete(x) == EOPNOTSUPP, "an op outside send_ops_flags");
+  ibv_wr_start(x);
+  ibv_wr_local_inv(x, 1234);
+  CHECK(ibv_wr_complete(x) == EOPNOTSUPP, "LOCAL_INV");
+  ibv_wr_start(x);
+  ibv_wr_send(x);
+  ibv_wr_abort(x);
+  struct ibv_poll_cq_attr attr = {0};
+  CHECK(ibv_start_poll(cq, &attr) == ENOENT, "a failed or aborted batch posted something");
+  printf("ok: ops outside send_ops_flags and LOCAL_INV -> EOPNOTSUPP, nothing posted; wr_abort\n");
+
+  CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0, "destroy qp");
+  ibv_dereg_mr(smr);
+  ibv_dereg_mr(dmr);
+  ibv_dereg_mr(bmr);
+  ibv_dereg_mr(rmr);
+  ibv_dereg_mr(cmr);
+  ibv_dereg_mr(fmr);
+  CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0, "destroy cq");
+  ibv_dealloc_pd(pd);
+  CHECK(ibv_close_device(ctx) == 0, "close");
+  return 0;
+}
