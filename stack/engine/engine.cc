@@ -45,6 +45,9 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
   if (cfg_.ipv4) gids_.push_back(ipv4_mapped_gid(*cfg_.ipv4));
   if (cfg_.ipv6) gids_.push_back(*cfg_.ipv6);
   cfg_.max_rd_atomic = std::clamp<uint8_t>(cfg_.max_rd_atomic, 1, kMaxRdAtomic);
+  // QPNs are 24 bits; 0 and 1 are the special QPs.
+  cfg_.max_qp = std::min<uint32_t>(cfg_.max_qp, 0x1000000 - 2);
+  cfg_.first_qpn = std::clamp<uint32_t>(cfg_.first_qpn, kFirstQpn, 0x1000000 - cfg_.max_qp);
   // The active MTU can't exceed what fits in the port's frames.
   while (cfg_.active_mtu > IBV_MTU_256 &&
          mtu_bytes(cfg_.active_mtu) + 18 + 40 + 8 + 60 + 4 > port_.max_frame_len())
@@ -387,14 +390,25 @@ Frame* Engine::build_packet(RoceHeaders& h, size_t payload_len, FrameLayout* lay
   return f;
 }
 
+bool Engine::is_local_dest(const Frame* f) {
+  wire::ParsedPacket p;
+  wire::ParseOptions o;
+  o.verify_icrc = false;
+  if (wire::parse_frame(f->bytes(), p, o) != wire::ParseError::kOk) return true;
+  return p.hdr.bth.dest_qp <= 1 || qp_by_num(p.hdr.bth.dest_qp) != nullptr;
+}
+
 void Engine::send_built(Frame* f, const FrameLayout& lay) {
   seal_frame(f->room(), lay);
   tx_frame(f);
 }
 
 void Engine::tx_frame(Frame* f) {
-  // Frames for our own MAC never touch the wire: loop them back (two QPs of one device).
-  if (std::equal(mac_.begin(), mac_.end(), f->data)) {
+  // Frames for our own MAC to one of our QPs never touch the wire: loop them back (two QPs
+  // of one device). Those for a QPN that is not ours go out: another process running uroce
+  // on the same interface owns it (the kernel shows each packet socket the frames the
+  // others send).
+  if (std::equal(mac_.begin(), mac_.end(), f->data) && is_local_dest(f)) {
     counters_.inc(Counter::tx_loopback);
     if (!loopback_.push(f)) port_.free_frame(f);
     return;

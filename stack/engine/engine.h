@@ -51,6 +51,10 @@ struct EngineConfig {
   uint32_t ack_every = 64;     // AckReq at least every this many packets inside a message
   uint64_t seed = 0x726f6365;  // R_Key randomness and anything else random
   uint64_t node_guid = 0;      // 0: derived from the MAC
+  // First QPN this engine hands out. Several processes may run an engine each on one
+  // interface (one "device" shared as with any RDMA device); their QPNs must not overlap,
+  // since a frame is delivered by QPN. The verbs provider gives each process its own block.
+  uint32_t first_qpn = 0x11;
 };
 
 struct AsyncEvent {
@@ -139,6 +143,7 @@ class Engine {
   void run_tx();
   Frame* tx_alloc();
   void tx_frame(Frame* f);
+  bool is_local_dest(const Frame* f);  // a frame for our MAC: is its QP one of ours?
   void flush_tx();
   Frame* build_packet(wire::RoceHeaders& h, size_t payload_len,
                       wire::FrameLayout* lay);
@@ -230,7 +235,7 @@ class Engine {
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Ah>> ahs_;
-  std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - kFirstQpn
+  std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - cfg_.first_qpn
   uint32_t next_handle_ = 1;
 
   TimerWheel timers_;

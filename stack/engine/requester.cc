@@ -95,9 +95,10 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       b.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::kRcCompareSwap
                                                        : opcode::kRcFetchAdd;
-      h.ext.atomic = {w.remote_addr, w.rkey, w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap
-                                                                                  : w.compare_add,
-                      w.compare_add};
+      // FETCH_ADD: the add value is in Swap/Add Data, Compare Data is unused (0, as rxe).
+      h.ext.atomic = {w.remote_addr, w.rkey,
+                      w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add,
+                      w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0};
       break;
     case IBV_WR_ATOMIC_WRITE:
       b.opcode = opcode::kRcAtomicWrite;

@@ -287,8 +287,8 @@ int Engine::destroy_ah(Ah* ah) {
 // ---- QP -------------------------------------------------------------------------------------
 
 Qp* Engine::qp_by_num(uint32_t qpn) {
-  if (qpn < kFirstQpn || qpn - kFirstQpn >= qps_.size()) return nullptr;
-  return qps_[qpn - kFirstQpn].get();
+  if (qpn < cfg_.first_qpn || qpn - cfg_.first_qpn >= qps_.size()) return nullptr;
+  return qps_[qpn - cfg_.first_qpn].get();
 }
 
 Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
@@ -320,7 +320,7 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
     return nullptr;
   }
   auto qp = std::make_unique<Qp>();
-  qp->qpn = kFirstQpn + static_cast<uint32_t>(slot);
+  qp->qpn = cfg_.first_qpn + static_cast<uint32_t>(slot);
   qp->type = a->qp_type;
   qp->pd = pd;
   qp->send_cq = to_cq(a->send_cq);
@@ -369,7 +369,7 @@ int Engine::destroy_qp(Qp* qp) {
   --qp->send_cq->users;
   --qp->recv_cq->users;
   if (qp->srq != nullptr) --qp->srq->users;
-  qps_[qp->qpn - kFirstQpn].reset();
+  qps_[qp->qpn - cfg_.first_qpn].reset();
   return 0;
 }
 

@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -105,6 +107,30 @@ int silence_kernel(const config::DeviceConfig& dc) {
     return -1;
   }
   return fd;
+}
+
+/// Several processes may open the same device (interface); each runs its own engine, so their
+/// QPNs must not overlap. Each claims a block of QPNs by holding an flock on a file named
+/// after the interface and the block number: the first free block wins, and the kernel
+/// releases the lock when the process exits however it ends. Block 0 starts at 0x11 as in
+/// rdma_rxe. Returns the first QPN (0x11 if no lock file can be made) and the lock's fd.
+uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* lock_fd) {
+  constexpr uint32_t kBlock = 0x10000;  // QPNs per process (max_qp is 4096)
+  std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
+  for (char& c : key)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  *lock_fd = -1;
+  for (uint32_t n = 0; n < 64; ++n) {
+    const std::string path = "/dev/shm/uroce-qpn-" + key + "-" + std::to_string(n) + ".lock";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return 0x11;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      *lock_fd = fd;
+      return 0x11 + n * kBlock;
+    }
+    close(fd);
+  }
+  return 0x11;
 }
 
 StatsShm* open_stats(const std::string& name, const std::string& device) {
@@ -268,6 +294,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ec.active_mtu = static_cast<ibv_mtu>(std::countr_zero(dc.mtu) - 7);
   ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
   ec.node_guid = d->guid;
+  ec.first_qpn = claim_qpn_block(dc, &state->qpn_lock_fd);
   state->engine = std::make_unique<Engine>(*port, ec);
   state->quiet_fd = silence_kernel(dc);
   state->stats_name = stats_shm_name(getpid(), dc.name);
@@ -307,6 +334,7 @@ int ibv_close_device(ibv_context* context) {
   close(s->async_pipe[0]);
   close(s->async_pipe[1]);
   if (s->quiet_fd >= 0) close(s->quiet_fd);
+  if (s->qpn_lock_fd >= 0) close(s->qpn_lock_fd);
   if (s->stats != nullptr) {
     munmap(s->stats, sizeof(StatsShm));
     shm_unlink(s->stats_name.c_str());

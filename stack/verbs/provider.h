@@ -54,6 +54,7 @@ struct ContextState {
   int quiet_fd = -1;  // UDP 4791 socket that keeps the kernel from answering our traffic
   StatsShm* stats = nullptr;  // published counters (uroce stats), or null
   std::string stats_name;
+  int qpn_lock_fd = -1;  // flock held on this process's QPN block of the interface
   uint64_t stats_next = 0;
   std::vector<Cq*> armed;  // CQs armed with ibv_req_notify_cq (under mu)
 };

@@ -90,6 +90,23 @@ run_pair "ib_write_bw -c UC" ib_write_bw -d uroce0 -x 1 -c UC -s 4096 -n 200 --
 run_pair "ib_send_bw --use-srq" ib_send_bw -d uroce0 -x 1 --use-srq -s 4096 -n 200 --
 run_pair "ib_send_bw -e (completion events)" ib_send_bw -d uroce0 -x 1 -e -s 4096 -n 200 --
 
+# Two processes on one device (both on uroce0 = the same interface in the same namespace),
+# as with any RDMA device: each claims its own block of QPNs and sees the other's frames.
+same_device() {  # NAME ARGS...
+  local name=$1; shift
+  ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
+    timeout 60 "$@" >"$dir/server.log" 2>&1 &
+  local server=$!
+  wait_listen
+  ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
+    timeout 60 "$@" 10.95.0.2 >"$dir/client.log" 2>&1 \
+    || { echo "FAIL: $name (same device) client"; cat "$dir/client.log" "$dir/server.log"; exit 1; }
+  wait "$server" || { echo "FAIL: $name (same device) server"; cat "$dir/server.log"; exit 1; }
+  echo "ok: $name, two processes on one device: $(grep -E 'iters in|^ [0-9]+ +[0-9]+' "$dir/client.log" | tail -1 | tr -s ' \t' ' ')"
+}
+same_device "ibv_rc_pingpong" ibv_rc_pingpong -d uroce0 -g 1 -n 100 -c
+same_device "ib_write_bw 64 KiB" ib_write_bw -d uroce0 -x 1 -s 65536 -n 200
+
 # Failure: a client with no server exits with an error at once, it does not hang.
 rc=0
 ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
