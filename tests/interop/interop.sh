@@ -195,6 +195,9 @@ lossy5_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=
 lossy5_send_bw|both|ib_send_bw -s 16384 -n 200 -m 4096|loss 5%|loss=0.05,seed=14
 lossy5_read_bw|both|ib_read_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=15
 lossy1_atomic_bw|both|ib_atomic_bw -n 300|loss 1%|loss=0.01,seed=16
+lossy1_send_lat|both|ib_send_lat -s 64 -n 300 -m 1024|loss 1%|loss=0.01,seed=25
+lossy1_write_lat|both|ib_write_lat -s 64 -n 300 -m 1024|loss 1%|loss=0.01,seed=26
+lossy1_read_lat|both|ib_read_lat -s 4096 -n 300 -m 4096|loss 1%|loss=0.01,seed=27
 reorder_srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c|delay 1ms reorder 95%|reorder=0.05,window=4,seed=17
 reorder_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=18
 reorder_verify|both|rdma_verify -s 10000 -n 30 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=22
