@@ -71,11 +71,11 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
       !cfg.devargs.empty()
           ? cfg.devargs
           // Frames up to 10 KiB in the af_packet rings (the default 2 KiB would cut jumbo
-          // frames); each ring frame must fit an mbuf. qdisc_bypass=0: transmit through the
-          // kernel's normal path, which shows our frames to the other packet sockets on the
-          // interface (another uroce process sharing it); the bypass would hide them.
-          : name + ",iface=" + cfg.iface +
-                ",qpairs=1,blocksz=20480,framesz=10240,framecnt=1024,qdisc_bypass=0";
+          // frames); each ring frame must fit an mbuf. Shared: qdisc_bypass=0, the kernel's
+          // normal transmit path, which shows our frames to the other packet sockets on the
+          // interface (another uroce process); the bypass is faster but hides them.
+          : name + ",iface=" + cfg.iface + ",qpairs=1,blocksz=20480,framesz=10240,framecnt=1024" +
+                (cfg.shared ? ",qdisc_bypass=0" : ",qdisc_bypass=1");
   const std::string dev_name = devargs.substr(0, devargs.find(','));
   if (rte_dev_probe(devargs.c_str()) < 0) {
     *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) +

@@ -22,6 +22,9 @@ namespace uroce::drivers {
 struct DpdkConfig {
   std::string iface;    // Linux interface for net_af_packet (e.g. "veth0")
   std::string devargs;  // instead of iface: full DPDK devargs, e.g. "net_tap0,iface=t0"
+  // net_af_packet: transmit through the kernel's normal path (not PACKET_QDISC_BYPASS), so
+  // other packet sockets on the interface (another uroce process sharing it) see our frames.
+  bool shared = true;
   uint32_t mbufs = 8191;
   uint16_t rx_desc = 1024;
   uint16_t tx_desc = 1024;

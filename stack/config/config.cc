@@ -59,9 +59,12 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
     dev->pcap = value;
   } else if (key == "fault") {
     return parse_fault(value, &dev->fault);
+  } else if (key == "exclusive") {
+    if (value != "yes" && value != "no") return "exclusive '" + value + "' must be yes or no";
+    dev->exclusive = value == "yes";
   } else {
     return "unknown setting '" + key +
-           "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap, fault)";
+           "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive)";
   }
   return "";
 }
@@ -185,7 +188,8 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
   static const char* const kVars[][2] = {{"UROCE_IFACE", "iface"}, {"UROCE_DEVARGS", "devargs"},
                                          {"UROCE_IPV4", "ipv4"},   {"UROCE_IPV6", "ipv6"},
                                          {"UROCE_MTU", "mtu"},     {"UROCE_VLAN", "vlan"},
-                                         {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"}};
+                                         {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"},
+                                         {"UROCE_EXCLUSIVE", "exclusive"}};
   for (const auto& [var, key] : kVars) {
     const auto v = env(var);
     if (!v) continue;

@@ -12,13 +12,15 @@
 //   vlan    = 0                   # 802.1Q VLAN id for RoCE traffic (0: untagged)
 //   pcap    = /tmp/uroce0.pcap    # record the device's traffic
 //   fault   = loss=0.01,reorder=0.05,window=4,seed=7   # damage traffic on purpose (tests)
+//   exclusive = yes               # only this process uses the interface: faster transmit,
+//                                 # but other uroce processes on it no longer see our frames
 //
 // fault keys: loss, duplicate, corrupt, reorder (probabilities 0..1), window (reorder
 // distance, default 4 when reorder is set), delay_us, jitter_us, seed, side=tx|rx|both
 // (default tx). See drivers/fault/fault_injector.h for what each does.
 //
 // Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
-// UROCE_PCAP, UROCE_FAULT override the first device's settings (and create "uroce0" when there is no file).
+// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE override the first device's settings (and create "uroce0" when there is no file).
 // Every problem is reported as one line naming the setting, its source and the fix.
 #pragma once
 
@@ -60,6 +62,7 @@ struct DeviceConfig {
   uint16_t vlan = 0;
   std::string pcap;
   FaultSpec fault;
+  bool exclusive = false;
 };
 
 struct Config {

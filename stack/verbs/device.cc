@@ -254,6 +254,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   drivers::DpdkConfig pc;
   pc.iface = dc.iface;
   pc.devargs = dc.devargs;
+  pc.shared = !dc.exclusive;
   state->port = drivers::DpdkPort::open(pc, &err);
   if (!state->port) {
     std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());

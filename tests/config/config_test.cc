@@ -22,7 +22,7 @@ TEST(Config, ParsesDevicesAndComments) {
   std::string err;
   ASSERT_TRUE(parse("# two devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
                     "mtu = 1024\n\n[rxe-like_1]\ndevargs = net_tap0,iface=t0\nipv6 = fd00::1\n"
-                    "vlan = 7\npcap = /tmp/x.pcap\n",
+                    "vlan = 7\npcap = /tmp/x.pcap\nexclusive = yes\n",
                     "test.conf", &c, &err))
       << err;
   ASSERT_EQ(c.devices.size(), 2u);
@@ -35,6 +35,8 @@ TEST(Config, ParsesDevicesAndComments) {
   EXPECT_EQ(wire::to_string(*c.devices[1].ipv6), "fd00::1");
   EXPECT_EQ(c.devices[1].vlan, 7);
   EXPECT_EQ(c.devices[1].pcap, "/tmp/x.pcap");
+  EXPECT_TRUE(c.devices[1].exclusive);
+  EXPECT_FALSE(c.devices[0].exclusive);
   EXPECT_EQ(c.devices[1].mtu, 4096u);  // default
 }
 
@@ -58,6 +60,7 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface=v0\nfault=lose=0.1\n", "t.conf:3: fault has unknown key 'lose'"},
       {"[uroce0]\niface=v0\nfault=loss\n", "t.conf:3: fault 'loss' needs a number >= 0"},
       {"[uroce0]\niface=v0\nfault=side=up\n", "t.conf:3: fault side 'up' must be tx, rx or both"},
+      {"[uroce0]\niface=v0\nexclusive=1\n", "t.conf:3: exclusive '1' must be yes or no"},
   };
   for (const Case& k : cases) {
     Config c;

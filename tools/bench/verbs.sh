@@ -37,11 +37,13 @@ wait_listen() {
 
 one() {
   local col=$1; shift
-  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn-b -- "$@" \
+  # shellcheck disable=SC2086
+  ip netns exec "$b" env $benv /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn-b -- "$@" \
     >"$tmp/s.out" 2>&1 &
   local server=$!
   wait_listen
-  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn-a -- "$@" \
+  # shellcheck disable=SC2086
+  ip netns exec "$a" env $benv /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn-a -- "$@" \
     10.91.0.2 >"$tmp/c.out" 2>&1
   wait "$server"
   local v
@@ -52,7 +54,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 mkdir -p docs/bench
 echo "test,size,value,unit,server_cpu_pct,client_cpu_pct" > docs/bench/verbs.csv
-printf '%-14s %8s %12s %8s %10s %10s   (median of %d runs)\n' test size value unit "srv CPU%" "cli CPU%" "$runs"
+printf '%-18s %8s %12s %8s %10s %10s   (median of %d runs)\n' test size value unit "srv CPU%" "cli CPU%" "$runs"
 bench() {  # NAME SIZE UNIT COLUMN CMD...
   local name=$1 size=$2 unit=$3 col=$4; shift 4
   : > "$tmp/r"
@@ -60,11 +62,16 @@ bench() {  # NAME SIZE UNIT COLUMN CMD...
   local v s c
   v=$(awk '{print $1}' "$tmp/r" | median); s=$(awk '{print $2}' "$tmp/r" | median)
   c=$(awk '{print $3}' "$tmp/r" | median)
-  printf '%-14s %8s %12s %8s %10s %10s\n' "$name" "$size" "$v" "$unit" "$s" "$c"
+  printf '%-18s %8s %12s %8s %10s %10s\n' "$name" "$size" "$v" "$unit" "$s" "$c"
   echo "$name,$size,$v,$unit,$s,$c" >> docs/bench/verbs.csv
 }
+benv="UROCE_EXCLUSIVE=no"  # the default: the interface may be shared with other processes
 bench ib_write_bw 4096 MB/s 4 ib_write_bw -d uroce0 -x 1 -n 20000
 bench ib_write_bw 65536 MB/s 4 ib_write_bw -d uroce0 -x 1 -n 5000
+benv="UROCE_EXCLUSIVE=yes"  # af_packet transmit bypassing the qdisc (and the other sockets)
+bench ib_write_bw/excl 4096 MB/s 4 ib_write_bw -d uroce0 -x 1 -n 20000
+bench ib_write_bw/excl 65536 MB/s 4 ib_write_bw -d uroce0 -x 1 -n 5000
+benv="UROCE_EXCLUSIVE=no"
 bench ib_send_lat 8 usec 5 ib_send_lat -d uroce0 -x 1 -n 2000
 bench ib_write_lat 8 usec 5 ib_write_lat -d uroce0 -x 1 -n 2000
 
@@ -78,7 +85,7 @@ set style data histograms
 set style fill solid 0.8
 set key off
 set title 'ib\_write\_bw (MB/s, higher is better)'
-plot '< grep ib_write_bw docs/bench/verbs.csv' using 3:xtic(2)
+plot '< grep ib_write_bw docs/bench/verbs.csv' using 3:xtic(stringcolumn(1).' '.stringcolumn(2))
 set title 'latency, 8 B (usec typical, lower is better)'
 plot '< grep _lat docs/bench/verbs.csv' using 3:xtic(1)
 unset multiplot
