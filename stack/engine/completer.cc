@@ -262,6 +262,9 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         return;
       }
       ++w.read_done;
+      // Each response segment acknowledges its PSN: it widens the window like an ACK does.
+      if (const int32_t acked = (psn + 1) - qp->comp_psn; acked > 0)
+        qp->cwnd = std::min(cfg_.tx_window, qp->cwnd + static_cast<uint32_t>(acked));
       qp->comp_psn = psn + 1;
       qp->retry_left = qp->retry_cnt;
       if (!last_seg) {

@@ -46,7 +46,7 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
   if (cfg_.ipv6) gids_.push_back(*cfg_.ipv6);
   cfg_.max_rd_atomic = std::clamp<uint8_t>(cfg_.max_rd_atomic, 1, kMaxRdAtomic);
   // QPNs are 24 bits; 0 and 1 are the special QPs.
-  cfg_.max_qp = std::min<uint32_t>(cfg_.max_qp, 0x1000000 - 2);
+  cfg_.max_qp = std::clamp<uint32_t>(cfg_.max_qp, 1, 0x1000000 - kFirstQpn);
   cfg_.first_qpn = std::clamp<uint32_t>(cfg_.first_qpn, kFirstQpn, 0x1000000 - cfg_.max_qp);
   // The active MTU can't exceed what fits in the port's frames.
   while (cfg_.active_mtu > IBV_MTU_256 &&

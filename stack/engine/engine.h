@@ -115,7 +115,9 @@ class Engine {
   Qp* qp_by_num(uint32_t qpn);
 
   // ---- Data path ------------------------------------------------------------------------
-  int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad);
+  /// all_or_none: check the whole chain (and the room in the SQ) before posting any of it, as
+  /// ibv_wr_complete must; otherwise the WRs ahead of a failing one stay posted (ibv_post_send).
+  int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bool all_or_none = false);
   int post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   int post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   /// Up to n completions; returns how many (never negative).
@@ -143,6 +145,8 @@ class Engine {
   void run_tx();
   Frame* tx_alloc();
   void tx_frame(Frame* f);
+  /// The checks ibv_post_send makes on one WR; *total = its length. 0 or the errno.
+  int check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) const;
   bool is_local_dest(const Frame* f);  // a frame for our MAC: is its QP one of ours?
   void flush_tx();
   Frame* build_packet(wire::RoceHeaders& h, size_t payload_len,

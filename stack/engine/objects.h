@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <mutex>
 #include <cstdint>
 
 #include "engine/timer_wheel.h"
@@ -46,6 +47,8 @@ struct Cq {
   bool notify_armed = false;
   uint64_t notify_seen = 0;
   ibv_wc ex_wc{};  // the completion ibv_start_poll/ibv_next_poll is looking at (provider)
+  std::mutex ex_mu;          // held from ibv_start_poll to ibv_end_poll (provider)
+  bool ex_single = false;    // IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no ex_mu
 };
 
 struct Sge {

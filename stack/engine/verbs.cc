@@ -592,32 +592,48 @@ void Engine::flush_qp(Qp* qp) {
 
 // ---- Posting ----------------------------------------------------------------------------------
 
-int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
+int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) const {
+  if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR)
+    return EINVAL;
+  if (!opcode_allowed(qp->type, wr->opcode)) return EINVAL;
+  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) return EINVAL;
+  *total = 0;
+  for (int i = 0; i < wr->num_sge; ++i) *total += wr->sg_list[i].length;
+  const bool atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                      wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                      wr->opcode == IBV_WR_ATOMIC_WRITE;
+  // ATOMIC WRITE's 8 bytes may come inline (ibv_wr_atomic_write passes them by value).
+  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
+                         wr->opcode != IBV_WR_RDMA_READ && wr->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
+                         wr->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD;
+  if (*total > (1ull << 31)) return EINVAL;
+  if (atomic && *total != 8) return EINVAL;
+  if (is_inline && !atomic && *total > qp->cap.max_inline_data) return EINVAL;
+  if (qp->type == IBV_QPT_UD && (wr->wr.ud.ah == nullptr || *total > qp->mtu)) return EINVAL;
+  return 0;
+}
+
+int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bool all_or_none) {
   const ibv_send_wr* const first = wr;
   int err = 0;
-  for (; wr != nullptr; wr = wr->next) {
-    if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR) {
-      err = EINVAL;
-    } else if (!opcode_allowed(qp->type, wr->opcode)) {
-      err = EINVAL;
-    } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) {
-      err = EINVAL;
-    } else if (qp->sq.full()) {
-      err = ENOMEM;
-    }
+  if (all_or_none) {  // ibv_wr_complete: either the whole batch is posted or none of it
+    size_t n = 0;
     uint64_t total = 0;
-    if (err == 0) {
-      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-      const bool atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                          wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-                          wr->opcode == IBV_WR_ATOMIC_WRITE;
-      const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
-                             wr->opcode != IBV_WR_RDMA_READ && !atomic;
-      if (total > (1ull << 31)) err = EINVAL;
-      else if (atomic && total != 8) err = EINVAL;
-      else if (is_inline && total > qp->cap.max_inline_data) err = EINVAL;
-      else if (qp->type == IBV_QPT_UD && (wr->wr.ud.ah == nullptr || total > qp->mtu)) err = EINVAL;
+    for (const ibv_send_wr* x = wr; x != nullptr; x = x->next, ++n) {
+      if (int e = check_send_wr(qp, x, &total); e != 0) {
+        if (bad != nullptr) *bad = x;
+        return e;
+      }
     }
+    if (n > qp->sq.capacity() - qp->sq.size()) {
+      if (bad != nullptr) *bad = wr;
+      return ENOMEM;
+    }
+  }
+  for (; wr != nullptr; wr = wr->next) {
+    uint64_t total = 0;
+    err = check_send_wr(qp, wr, &total);
+    if (err == 0 && qp->sq.full()) err = ENOMEM;
     if (err != 0) {
       if (bad != nullptr) *bad = wr;
       break;
@@ -649,8 +665,8 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
       w.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey : wr->wr.ud.remote_qkey;
     }
     w.length = static_cast<uint32_t>(total);
-    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && !w.is_read_or_atomic() &&
-                  wr->opcode != IBV_WR_ATOMIC_WRITE;
+    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
+                  (!w.is_read_or_atomic() || wr->opcode == IBV_WR_ATOMIC_WRITE);
     if (w.is_inline) {
       uint32_t off = 0;
       for (int i = 0; i < wr->num_sge; ++i) {

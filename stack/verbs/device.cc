@@ -122,14 +122,18 @@ uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* lock_fd) {
   *lock_fd = -1;
   for (uint32_t n = 0; n < 64; ++n) {
     const std::string path = "/dev/shm/uroce-qpn-" + key + "-" + std::to_string(n) + ".lock";
-    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) return 0x11;
+    // flock needs only a read-only descriptor, so a file another user made works too.
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) continue;  // unusable (e.g. created meanwhile and not readable): next block
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
       *lock_fd = fd;
       return 0x11 + n * kBlock;
     }
     close(fd);
   }
+  std::fprintf(stderr, "uroce: %s: no free QPN block in /dev/shm (64 processes on it?): using "
+               "QPNs from 0x11, which may collide with another process\n", key.c_str());
   return 0x11;
 }
 

@@ -34,12 +34,21 @@ int poll_one(ibv_cq_ex* current) {
   return 0;
 }
 
+// The CQ stays locked from a successful start_poll to end_poll (unless the application said it
+// polls from one thread only), so the read_* calls see the completion this thread polled.
 int cq_start_poll(ibv_cq_ex* current, ibv_poll_cq_attr* attr) {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
-  return poll_one(current);
+  Cq* c = cq_of(current);
+  if (!c->ex_single) c->ex_mu.lock();
+  const int rc = poll_one(current);
+  if (rc != 0 && !c->ex_single) c->ex_mu.unlock();  // no end_poll follows a failed start
+  return rc;
 }
 int cq_next_poll(ibv_cq_ex* current) { return poll_one(current); }
-void cq_end_poll(ibv_cq_ex*) {}
+void cq_end_poll(ibv_cq_ex* current) {
+  Cq* c = cq_of(current);
+  if (!c->ex_single) c->ex_mu.unlock();
+}
 ibv_wc_opcode cq_read_opcode(ibv_cq_ex* c) { return cq_of(c)->ex_wc.opcode; }
 uint32_t cq_read_vendor_err(ibv_cq_ex* c) { return cq_of(c)->ex_wc.vendor_err; }
 uint32_t cq_read_byte_len(ibv_cq_ex* c) { return cq_of(c)->ex_wc.byte_len; }
@@ -73,6 +82,8 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   ibv_cq* cq = ibv_create_cq(context, static_cast<int>(attr->cqe), attr->cq_context,
                              attr->channel, static_cast<int>(attr->comp_vector));
   if (cq == nullptr) return nullptr;
+  to_cq(cq)->ex_single = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                         (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED);
   ibv_cq_ex& x = to_cq(cq)->ex;
   x.comp_mask = 0;
   x.start_poll = cq_start_poll;
@@ -98,6 +109,7 @@ struct Entry {
   uint32_t num_sge;
   ibv_sge sge[kMaxSge];
   uint8_t inl[kMaxInline];  // inline data is copied here: the caller's buffer may be reused
+  bool uses_inl;            // sge[0] points at inl
 };
 
 struct Builder {
@@ -125,6 +137,7 @@ Entry* begin_wr(ibv_qp_ex* q, ibv_wr_opcode op, uint64_t needs) {
   e->wr.opcode = op;
   e->wr.send_flags = q->wr_flags;
   e->num_sge = 0;
+  e->uses_inl = false;
   return e;
 }
 
@@ -181,6 +194,7 @@ void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* val
     std::memcpy(e->inl, value, 8);
     e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), 8, 0};
     e->num_sge = 1;
+    e->uses_inl = true;
     e->wr.send_flags |= IBV_SEND_INLINE;
   }
 }
@@ -198,6 +212,7 @@ void wr_set_sge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
   if (Entry* e = current(q)) {
     e->sge[0] = {addr, length, lkey};
     e->num_sge = 1;
+    e->uses_inl = false;
   }
 }
 void wr_set_sge_list(ibv_qp_ex* q, size_t num_sge, const ibv_sge* list) {
@@ -209,6 +224,7 @@ void wr_set_sge_list(ibv_qp_ex* q, size_t num_sge, const ibv_sge* list) {
   }
   std::memcpy(e->sge, list, num_sge * sizeof(ibv_sge));
   e->num_sge = static_cast<uint32_t>(num_sge);
+  e->uses_inl = false;
 }
 void wr_set_inline_data_list(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* bufs) {
   Entry* e = current(q);
@@ -226,6 +242,7 @@ void wr_set_inline_data_list(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* b
   }
   e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), static_cast<uint32_t>(total), 0};
   e->num_sge = 1;
+  e->uses_inl = true;
   e->wr.send_flags |= IBV_SEND_INLINE;
 }
 void wr_set_inline_data(ibv_qp_ex* q, void* addr, size_t length) {
@@ -246,12 +263,18 @@ int wr_complete(ibv_qp_ex* q) {
   if (rc == 0 && b->n > 0) {
     for (size_t i = 0; i < b->n; ++i) {  // link the batch now that the vector is stable
       Entry& e = b->entries[i];
+      // Inline data lives in the entry, which may have moved when the vector grew.
+      if (e.uses_inl) e.sge[0].addr = reinterpret_cast<uint64_t>(e.inl);
       e.wr.sg_list = e.num_sge > 0 ? e.sge : nullptr;
       e.wr.num_sge = static_cast<int>(e.num_sge);
       e.wr.next = i + 1 < b->n ? &b->entries[i + 1].wr : nullptr;
     }
-    ibv_send_wr* bad = nullptr;
-    rc = q->qp_base.context->ops.post_send(&q->qp_base, &b->entries[0].wr, &bad);
+    // All or nothing (man ibv_wr_post: nothing is executed unless ibv_wr_complete succeeds).
+    ContextState* s = to_context(q->qp_base.context)->state;
+    std::lock_guard<std::mutex> lock(s->mu);
+    const ibv_send_wr* bad = nullptr;
+    rc = s->engine->post_send(to_qp(&q->qp_base), &b->entries[0].wr, &bad, true);
+    if (rc == 0) s->engine->poll(now_ns());  // send now, as ibv_post_send does
   }
   b->n = 0;
   b->err = 0;

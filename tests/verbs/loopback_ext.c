@@ -115,12 +115,13 @@ int main(void) {
 
   struct ibv_qp_init_attr_ex qa = {
       .send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq), .qp_type = IBV_QPT_RC,
-      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 1,
+      .cap = {.max_send_wr = 128, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 1,
               .max_inline_data = 64},
       .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
       .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                         IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
-                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP};
+                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                        IBV_QP_EX_WITH_ATOMIC_WRITE};
   struct ibv_qp* a = ibv_create_qp_ex(ctx, &qa);
   CHECK(a, "ibv_create_qp_ex: %s", strerror(errno));
   struct ibv_qp_init_attr plain = {.send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq),
@@ -227,6 +228,51 @@ int main(void) {
   struct ibv_poll_cq_attr attr = {0};
   CHECK(ibv_start_poll(cq, &attr) == ENOENT, "a failed or aborted batch posted something");
   printf("ok: ops outside send_ops_flags and LOCAL_INV -> EOPNOTSUPP, nothing posted; wr_abort\n");
+
+  /* ATOMIC WRITE: the 8 bytes are passed by value and copied. */
+  uint64_t value = 0x1122334455667788ull;
+  ibv_wr_start(x);
+  x->wr_id = 20;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(x, cmr->rkey, (uintptr_t)&counter, &value);
+  value = 0;
+  CHECK(ibv_wr_complete(x) == 0, "ATOMIC WRITE batch");
+  got = collect(cq, s, 1);
+  CHECK(got == 1 && s[0].wr_id == 20 && s[0].status == IBV_WC_SUCCESS, "ATOMIC WRITE: %s",
+        got ? ibv_wc_status_str(s[0].status) : "no completion");
+  CHECK(counter == 0x1122334455667788ull, "ATOMIC WRITE left %llx", (unsigned long long)counter);
+  printf("ok: ibv_wr_atomic_write\n");
+
+  /* A batch larger than any before (the builder grows) of inline WRITEs, only the last
+   * signaled; then a batch larger than the send queue: ENOMEM and nothing of it posted. */
+  memset(dst, 0, sizeof dst);
+  ibv_wr_start(x);
+  for (uint64_t i = 0; i < 100; ++i) {
+    x->wr_id = 300 + i;
+    x->wr_flags = IBV_SEND_INLINE | (i == 99 ? IBV_SEND_SIGNALED : 0);
+    ibv_wr_rdma_write(x, dmr->rkey, (uintptr_t)dst + 8 * i);
+    uint64_t v = i * 3 + 1;
+    ibv_wr_set_inline_data(x, &v, sizeof v);
+  }
+  CHECK(ibv_wr_complete(x) == 0, "batch of 100 inline WRITEs");
+  got = collect(cq, s, 1);
+  CHECK(got == 1 && s[0].wr_id == 399 && s[0].status == IBV_WC_SUCCESS, "100 inline WRITEs");
+  for (uint64_t i = 0; i < 100; ++i) {
+    uint64_t v;
+    memcpy(&v, dst + 8 * i, 8);
+    CHECK(v == i * 3 + 1, "inline WRITE %llu wrote %llu", (unsigned long long)i, (unsigned long long)v);
+  }
+  memset(dst, 0, sizeof dst);
+  ibv_wr_start(x);
+  for (uint64_t i = 0; i < 200; ++i) {
+    x->wr_id = 500 + i;
+    x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    ibv_wr_rdma_write(x, dmr->rkey, (uintptr_t)dst);
+    ibv_wr_set_inline_data(x, &value, 8);
+  }
+  CHECK(ibv_wr_complete(x) == ENOMEM, "a batch larger than the send queue");
+  CHECK(ibv_start_poll(cq, &attr) == ENOENT, "part of a refused batch was posted");
+  printf("ok: a batch of 100 inline WRITEs lands; a batch larger than the SQ -> ENOMEM, nothing posted\n");
 
   CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0, "destroy qp");
   ibv_dereg_mr(smr);
