@@ -27,20 +27,12 @@ ip -n "$a" link set lo up; ip -n "$b" link set lo up
 ip -n "$a" addr add 10.90.0.1/24 dev uqs-a; ip -n "$b" addr add 10.90.0.2/24 dev uqs-b
 echo "hosts: $a (10.90.0.1, uqs-a) <-> $b (10.90.0.2, uqs-b)"
 
-# Waits (up to 20 s) until the server in "$b" listens on the perftest/pingpong TCP port, so a
-# slow start (DPDK init on a busy machine) cannot make the client give up.
-wait_listen() {
-  for _ in $(seq 200); do
-    [ -n "$(ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null)" ] && return 0
-    sleep 0.1
-  done
-  echo "server never started listening on TCP 18515"; return 1
-}
+. tools/lib/netns.sh  # wait_listen NS: the server in NS is listening
 
 pair() {  # run "$@" as server in b and client in a (client records a pcap)
   ip netns exec "$b" "$uroce" run --iface uqs-b -- "$@" >"$out/server.txt" 2>&1 &
   local server=$!
-  wait_listen
+  wait_listen "$b"
   ip netns exec "$a" "$uroce" run --iface uqs-a --pcap "$out/$1.pcap" -- "$@" 10.90.0.2
   wait "$server"
 }

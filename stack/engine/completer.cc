@@ -39,6 +39,12 @@ void Engine::fail_send(Qp* qp, SendWqe& w, ibv_wc_status st) {
   enter_error(qp);
 }
 
+void Engine::widen_cwnd(Qp* qp, Psn upto) {
+  // Slow start: one more packet of window per newly acknowledged packet, up to tx_window.
+  if (const int32_t acked = upto - qp->comp_psn; acked > 0)
+    qp->cwnd = std::min(cfg_.tx_window, qp->cwnd + static_cast<uint32_t>(acked));
+}
+
 void Engine::ack_upto(Qp* qp, Psn upto) {
   // Everything with PSN < upto has been executed by the responder.
   bool progress = false;
@@ -63,7 +69,7 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     progress = true;
   }
   if (upto - qp->comp_psn > 0) {
-    qp->cwnd = std::min(cfg_.tx_window, qp->cwnd + static_cast<uint32_t>(upto - qp->comp_psn));
+    widen_cwnd(qp, upto);
     qp->comp_psn = upto;
     progress = true;
   }
@@ -262,9 +268,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         return;
       }
       ++w.read_done;
-      // Each response segment acknowledges its PSN: it widens the window like an ACK does.
-      if (const int32_t acked = (psn + 1) - qp->comp_psn; acked > 0)
-        qp->cwnd = std::min(cfg_.tx_window, qp->cwnd + static_cast<uint32_t>(acked));
+      widen_cwnd(qp, psn + 1);  // a response segment acknowledges its PSN, as an ACK does
       qp->comp_psn = psn + 1;
       qp->retry_left = qp->retry_cnt;
       if (!last_seg) {

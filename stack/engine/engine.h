@@ -199,6 +199,7 @@ class Engine {
   // completer.cc
   void completer(Qp* qp, const wire::ParsedPacket& p);
   void ack_upto(Qp* qp, Psn psn);
+  void widen_cwnd(Qp* qp, Psn upto);  // before comp_psn moves to upto
   void retry_from(Qp* qp, Psn psn);
   void arm_retransmit(Qp* qp);
   bool spend_retry(Qp* qp);  // false (and the WQE failed) when retry_cnt is used up

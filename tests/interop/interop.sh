@@ -38,6 +38,8 @@ HOST_IP=10.78.0.1 VM_IP=10.78.0.11 VM_MAC=52:54:00:78:00:11 LINK_MTU=9000
 VMDIR=$STATE/vm
 CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-120}  # per program; a case gives up after this
 
+. "$repo/tools/lib/netns.sh"  # wait_listen NS PORT PID
+
 say() { echo "interop: $*"; }
 die() { echo "interop: $*" >&2; exit 1; }
 
@@ -260,11 +262,7 @@ cmd_case() {
     # shellcheck disable=SC2086
     uroce_cmd "$fault" "$pcap" $uargs > "$ulog" 2>&1 &
     local up=$!
-    for _ in $(seq 300); do
-      [ -n "$(ip netns exec $NS ss -Hltn "sport = :$port" 2>/dev/null)" ] && break
-      kill -0 $up 2>/dev/null || break
-      sleep 0.1
-    done
+    wait_listen $NS "$port" "$up" || true  # if it died, the kernel client reports the failure
     guest_job "$n" "$(guest_script "$n" "$gargs $HOST_IP" 0)"
     guest_wait "$n" || grc=$?
     [ $grc -eq 0 ] || kill "$up" 2>/dev/null || true  # a failed client leaves the server waiting

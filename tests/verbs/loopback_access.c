@@ -9,49 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)            \
-  do {                              \
-    if (!(cond)) {                  \
-      printf("FAIL: " __VA_ARGS__); \
-      printf("\n");                 \
-      exit(1);                      \
-    }                               \
-  } while (0)
+#include "loopback.h"
 
 static struct ibv_qp* make_qp(struct ibv_pd* pd, struct ibv_cq* cq) {
   struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
                                         .max_recv_sge = 1}};
   return ibv_create_qp(pd, &ia);
-}
-
-static int connect_qp(struct ibv_qp* qp, uint32_t dest, union ibv_gid gid) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE};
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    return 1;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return 2;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) ? 3 : 0;
 }
 
 static int wait_wc(struct ibv_cq* cq, struct ibv_wc* wc) {
@@ -83,9 +47,10 @@ int main(void) {
   CHECK(a && b, "create_qp");
   union ibv_gid gid;
   CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0, "query_gid");
-  int rc = connect_qp(a, b->qp_num, gid);
+  const int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  int rc = loopback_connect(a, b->qp_num, gid, access, 1);
   CHECK(rc == 0, "connect a: step %d", rc);
-  rc = connect_qp(b, a->qp_num, gid);
+  rc = loopback_connect(b, a->qp_num, gid, access, 1);
   CHECK(rc == 0, "connect b: step %d", rc);
 
   struct ibv_sge sge = {.addr = (uintptr_t)src, .length = 3000, .lkey = smr->lkey};

@@ -24,15 +24,7 @@ for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
 ip -n "$nsA" link set "${tag}va" up; ip -n "$nsB" link set "${tag}vb" up
 ip -n "$nsA" addr add 10.95.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.95.0.2/24 dev "${tag}vb"
 
-# Waits (up to 20 s) until the server in "$nsB" listens on the perftest/pingpong TCP port, so a
-# slow start (DPDK init on a busy machine) cannot make the client give up.
-wait_listen() {
-  for _ in $(seq 200); do
-    [ -n "$(ip netns exec "$nsB" ss -Hltn 'sport = :18515' 2>/dev/null)" ] && return 0
-    sleep 0.1
-  done
-  echo "server never started listening on TCP 18515"; return 1
-}
+. "$(dirname "$0")/../../tools/lib/netns.sh"  # wait_listen NS: the server in NS is listening
 
 run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
   local name=$1; shift
@@ -40,7 +32,7 @@ run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
   ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
     timeout 60 "${args[@]}" >"$dir/server.log" 2>&1 &
   local server=$!
-  wait_listen
+  wait_listen "$nsB"
   if ! ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
       timeout 60 "${args[@]}" "$@" 10.95.0.2 >"$dir/client.log" 2>&1; then
     echo "FAIL: $name client"; cat "$dir/client.log"; cat "$dir/server.log"; exit 1
@@ -56,7 +48,7 @@ run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
 ip netns exec "$nsB" "$uroce" run --iface "${tag}vb" -- timeout 60 ib_write_bw -d uroce0 -x 1 \
   -s 4096 -n 100 >"$dir/server.log" 2>&1 &
 server=$!
-wait_listen
+wait_listen "$nsB"
 ip netns exec "$nsA" "$uroce" run --iface "${tag}va" --pcap "$dir/trace.pcap" -- timeout 60 \
   ib_write_bw -d uroce0 -x 1 -s 4096 -n 100 10.95.0.2 >"$dir/client.log" 2>&1 \
   || { echo "FAIL: uroce run client"; cat "$dir/client.log"; exit 1; }
@@ -97,7 +89,7 @@ same_device() {  # NAME ARGS...
   ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
     timeout 60 "$@" >"$dir/server.log" 2>&1 &
   local server=$!
-  wait_listen
+  wait_listen "$nsB"
   ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
     timeout 60 "$@" 10.95.0.2 >"$dir/client.log" 2>&1 \
     || { echo "FAIL: $name (same device) client"; cat "$dir/client.log" "$dir/server.log"; exit 1; }
@@ -120,7 +112,7 @@ echo "ok: client with no server: exit $rc, $(grep -i "couldn't connect" "$dir/cl
 ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
   timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 >"$dir/server.log" 2>&1 &
 server=$!
-wait_listen
+wait_listen "$nsB"
 ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
   timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 10.95.0.2 >"$dir/client.log" 2>&1 &
 client=$!

@@ -25,15 +25,7 @@ ip -n "$a" link set ubn-a up mtu 9000; ip -n "$b" link set ubn-b up mtu 9000
 ip -n "$a" addr add 10.91.0.1/24 dev ubn-a; ip -n "$b" addr add 10.91.0.2/24 dev ubn-b
 
 # one TEST ARGS: prints "value server_cpu% client_cpu%" (value: MB/s average or usec typical)
-# Waits (up to 20 s) until the server in "$b" listens on the perftest/pingpong TCP port, so a
-# slow start (DPDK init on a busy machine) cannot make the client give up.
-wait_listen() {
-  for _ in $(seq 200); do
-    [ -n "$(ip netns exec "$b" ss -Hltn 'sport = :18515' 2>/dev/null)" ] && return 0
-    sleep 0.1
-  done
-  echo "server never started listening on TCP 18515"; return 1
-}
+. tools/lib/netns.sh  # wait_listen NS: the server in NS is listening
 
 one() {
   local col=$1; shift
@@ -41,7 +33,7 @@ one() {
   ip netns exec "$b" env $benv /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn-b -- "$@" \
     >"$tmp/s.out" 2>&1 &
   local server=$!
-  wait_listen
+  wait_listen "$b"
   # shellcheck disable=SC2086
   ip netns exec "$a" env $benv /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn-a -- "$@" \
     10.91.0.2 >"$tmp/c.out" 2>&1

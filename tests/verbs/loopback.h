@@ -1,0 +1,48 @@
+/* Shared by the plain C loopback test programs (loopback_access.c, loopback_ext.c): a CHECK
+ * macro that prints "FAIL: ..." and exits, and the INIT -> RTR -> RTS walk that connects an
+ * RC QP to another QP of the same device (GID index 1, the RoCEv2 IPv4 GID). */
+#pragma once
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond, ...)            \
+  do {                              \
+    if (!(cond)) {                  \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n");                 \
+      exit(1);                      \
+    }                               \
+  } while (0)
+
+/* Returns 0, or the step that failed (1 INIT, 2 RTR, 3 RTS). */
+static inline int loopback_connect(struct ibv_qp* qp, uint32_t dest, union ibv_gid gid,
+                                   int access, uint8_t rd_atomic) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                          .qp_access_flags = (unsigned int)access};
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    return 1;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest;
+  a.max_dest_rd_atomic = rd_atomic;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 1;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    return 2;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = rd_atomic;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) ? 3 : 0;
+}

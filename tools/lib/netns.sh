@@ -1,0 +1,17 @@
+# Shell helpers shared by the scripts that run verbs programs in network namespaces
+# (tools/quickstart.sh, tools/bench/verbs.sh, tests/verbs/verbs_programs.sh,
+# tests/interop/interop.sh). Source it; it defines functions only.
+
+# wait_listen NS [PORT] [PID]: waits up to 20 s until something in namespace NS listens on TCP
+# PORT (default 18515, perftest's and the pingpongs' exchange port), so a slow start (DPDK init
+# on a busy machine) cannot make the client give up. Stops early if process PID ends. Returns 1
+# (with a message) if nothing listens.
+wait_listen() {
+  local ns=$1 port=${2:-18515} pid=${3:-}
+  for _ in $(seq 200); do
+    [ -n "$(ip netns exec "$ns" ss -Hltn "sport = :$port" 2>/dev/null)" ] && return 0
+    [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server never started listening on TCP $port"; return 1
+}
