@@ -1,15 +1,19 @@
 #include "dpdk/dpdk_port.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <atomic>
+#include <fstream>
 #include <mutex>
+#include <set>
 
 namespace uroce::drivers {
 
@@ -17,8 +21,34 @@ namespace {
 
 std::mutex g_eal_mutex;
 bool g_eal_up = false;
+pid_t g_eal_pid = 0;
 std::atomic<int> g_ports{0};
-int g_open = 0;  // open ports (under g_eal_mutex)
+
+/// The process's open file descriptors (from /proc/self/fd).
+std::set<int> open_fds() {
+  std::set<int> fds;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return fds;
+  const int own = dirfd(d);
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd != own) fds.insert(fd);
+  }
+  closedir(d);
+  return fds;
+}
+
+/// DPDK opens sockets, pipes and eventfds without O_CLOEXEC; a program that runs a helper
+/// (fork + exec) would hand it our raw packet socket. Marks every descriptor that appeared
+/// since `before` close-on-exec.
+void cloexec_new_fds(const std::set<int>& before) {
+  for (int fd : open_fds()) {
+    if (before.count(fd) != 0) continue;
+    const int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+}
 
 // Each mbuf carries its Frame in the private area just after the rte_mbuf header.
 Frame* frame_of(rte_mbuf* m) { return static_cast<Frame*>(rte_mbuf_to_priv(m)); }
@@ -34,8 +64,24 @@ Frame* wrap(rte_mbuf* m) {
 
 bool start_eal(const DpdkConfig& cfg, std::string* error) {
   std::lock_guard<std::mutex> lock(g_eal_mutex);
-  if (g_eal_up) return true;
+  if (g_eal_up && g_eal_pid == getpid()) return true;
+  if (g_eal_up) {
+    // fork() copied an EAL whose threads stayed in the parent; DPDK cannot start twice.
+    *error = "DPDK was started by the parent process before fork(): a child must exec a new "
+             "program (or the parent open the device only after forking)";
+    return false;
+  }
+  // rte_eal_init pins the calling thread to its main lcore, and every thread the program
+  // makes afterwards would inherit that. The program's CPU placement is not ours to change:
+  // run the EAL on a CPU the thread may use already, and give the thread its mask back.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const bool have_mask = sched_getaffinity(0, sizeof mask, &mask) == 0;
+  int lcore = 0;
+  while (have_mask && lcore < CPU_SETSIZE - 1 && !CPU_ISSET(lcore, &mask)) ++lcore;
   std::vector<std::string> args = {"uroce",
+                                   "-l",
+                                   std::to_string(lcore),
                                    "--no-huge",
                                    "-m",
                                    "256",
@@ -48,12 +94,22 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
   args.insert(args.end(), cfg.eal_args.begin(), cfg.eal_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  if (rte_eal_init(static_cast<int>(argv.size()), argv.data()) < 0) {
+  const std::set<int> fds = open_fds();
+  const int rc = rte_eal_init(static_cast<int>(argv.size()), argv.data());
+  if (have_mask) sched_setaffinity(0, sizeof mask, &mask);
+  cloexec_new_fds(fds);
+  if (rc < 0) {
     *error = std::string("DPDK EAL failed to start (") + rte_strerror(rte_errno) +
              "): check UROCE_EAL_ARGS; running as root?";
     return false;
   }
+  // With --no-shconf nothing is ever written to the EAL's runtime directory: remove it now,
+  // so that no process, however it ends, leaves one behind.
+  rmdir(rte_eal_get_runtime_dir());
+  // The EAL stays up until the process exits: DPDK cannot be started again after
+  // rte_eal_cleanup, and a program may open and close devices any number of times.
   g_eal_up = true;
+  g_eal_pid = getpid();
   return true;
 }
 
@@ -77,7 +133,10 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
           : name + ",iface=" + cfg.iface + ",qpairs=1,blocksz=20480,framesz=10240,framecnt=1024" +
                 (cfg.shared ? ",qdisc_bypass=0" : ",qdisc_bypass=1");
   const std::string dev_name = devargs.substr(0, devargs.find(','));
-  if (rte_dev_probe(devargs.c_str()) < 0) {
+  const std::set<int> fds = open_fds();
+  const int probed = rte_dev_probe(devargs.c_str());
+  cloexec_new_fds(fds);  // the PMD's raw packet socket
+  if (probed < 0) {
     *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) +
              "): does interface '" + cfg.iface + "' exist in this network namespace?";
     return nullptr;
@@ -87,6 +146,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
     *error = "DPDK device '" + dev_name + "' probed but has no ethdev port";
     return nullptr;
   }
+  p->probed_ = true;
   const uint16_t room = static_cast<uint16_t>(cfg.max_frame + RTE_PKTMBUF_HEADROOM);
   const std::string pool_name = "uroce_pool" + std::to_string(n);
   p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), cfg.mbufs, 256,
@@ -111,12 +171,9 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
     *error = "cannot start DPDK port '" + dev_name + "' (" + rte_strerror(rte_errno) + ")";
     return nullptr;
   }
+  p->started_ = true;
   rte_eth_promiscuous_disable(p->port_id_);
   rte_eth_allmulticast_enable(p->port_id_);  // IPv6 neighbour solicitations are multicast
-  {
-    std::lock_guard<std::mutex> lock(g_eal_mutex);
-    ++g_open;
-  }
   rte_ether_addr mac{};
   rte_eth_macaddr_get(p->port_id_, &mac);
   std::copy(mac.addr_bytes, mac.addr_bytes + 6, p->mac_.begin());
@@ -133,17 +190,16 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
 }
 
 DpdkPort::~DpdkPort() {
-  rte_eth_dev_stop(port_id_);
-  rte_eth_dev_close(port_id_);
-  if (pool_ != nullptr) rte_mempool_free(pool_);
-  std::lock_guard<std::mutex> lock(g_eal_mutex);
-  if (--g_open == 0 && g_eal_up) {
-    // The last port of the process: stop the EAL and remove its (empty) runtime directory.
-    const std::string dir = rte_eal_get_runtime_dir();
-    rte_eal_cleanup();
-    rmdir(dir.c_str());
-    g_eal_up = false;
+  if (probed_) {
+    // Stop, close, and remove the device itself, so that nothing of it stays behind in a
+    // program that opens and closes devices all day (the EAL stays up: see start_eal).
+    rte_eth_dev_info info{};
+    rte_eth_dev_info_get(port_id_, &info);
+    if (started_) rte_eth_dev_stop(port_id_);
+    rte_eth_dev_close(port_id_);
+    if (info.device != nullptr) rte_dev_remove(info.device);
   }
+  if (pool_ != nullptr) rte_mempool_free(pool_);
 }
 
 uint16_t DpdkPort::rx_burst(uint64_t, std::span<Frame*> out) {

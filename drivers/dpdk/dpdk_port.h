@@ -3,8 +3,11 @@
 // (net_af_xdp, net_tap, a real NIC).
 //
 // Frames live in mbufs: the Frame header sits in each mbuf's private area, so handing frames
-// between the port and the engine costs no allocation. One EAL per process (started by the
-// first DpdkPort, with --no-huge and a unique --file-prefix); several ports may share it.
+// between the port and the engine costs no allocation. One EAL per process, started by the
+// first DpdkPort (with --no-huge and a unique --file-prefix, on a CPU the calling thread may
+// already use, whose affinity it restores) and up until the process exits; several ports may
+// share it, and a port closed is removed from DPDK entirely. Every descriptor DPDK opens is
+// made close-on-exec.
 #pragma once
 
 #include <array>
@@ -55,6 +58,8 @@ class DpdkPort final : public Port {
 
  private:
   DpdkPort() = default;
+  bool probed_ = false;   // an ethdev exists for port_id_
+  bool started_ = false;  // rte_eth_dev_start succeeded
   uint16_t port_id_ = 0;
   rte_mempool* pool_ = nullptr;
   uint32_t max_frame_ = 0;

@@ -58,6 +58,8 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
     for (int i = 3; i < 6; ++i) cfg_.node_guid = cfg_.node_guid << 8 | mac_[i];
   }
   tx_batch_.reserve(kTxBurst);
+  doorbells_.reserve(cfg_.max_qp);
+  doorbells_taken_.reserve(cfg_.max_qp);
 }
 
 Engine::~Engine() {
@@ -201,9 +203,33 @@ void Engine::fill_template(Qp* qp) {
 
 // ---- Poll loop --------------------------------------------------------------------------
 
+void Engine::ring_doorbell(Qp* qp) {
+  if (qp->doorbell.exchange(true, std::memory_order_acq_rel)) return;  // already waiting
+  std::lock_guard<std::mutex> lock(doorbell_mu_);
+  doorbells_.push_back(qp);  // reserved for max_qp: never allocates
+  doorbell_rung_.store(true, std::memory_order_release);
+}
+
+void Engine::answer_doorbells() {
+  if (!doorbell_rung_.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> lock(doorbell_mu_);
+    doorbells_taken_.swap(doorbells_);
+    doorbell_rung_.store(false, std::memory_order_relaxed);
+  }
+  for (Qp* qp : doorbells_taken_) {
+    // Clear the flag first: a post after this point rings again and is seen next time.
+    qp->doorbell.store(false, std::memory_order_release);
+    if (qp->state == IBV_QPS_ERR) qp->flush_pending = true;  // posted in ERR: flush it
+    schedule(qp);
+  }
+  doorbells_taken_.clear();
+}
+
 size_t Engine::poll(uint64_t now_ns) {
   now_ = now_ns;
   size_t work = 0;
+  answer_doorbells();
 
   // 1. Receive: loopback first (our own packets), then the port.
   std::array<Frame*, kRxBurst> burst;
@@ -507,6 +533,7 @@ bool Engine::pop_async_event(AsyncEvent* ev) {
 }
 
 int Engine::poll_cq(Cq* cq, int n, ibv_wc* wc) {
+  std::lock_guard<std::mutex> consumer(cq->mu);
   int got = 0;
   while (got < n && !cq->ring.empty()) {
     wc[got++] = cq->ring.front();

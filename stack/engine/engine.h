@@ -9,12 +9,22 @@
 //
 // The verbs entry points take rdma-core's own structures (ibv_qp_attr, ibv_send_wr, ibv_wc,
 // ...) and return the errno values rdma-core documents, so the libibverbs provider is a thin
-// layer on top. Not thread-safe: one thread drives an engine (the provider adds locking).
+// layer on top.
+//
+// Threads: the engine is single-threaded and deterministic — one thread at a time calls
+// poll() and every control entry point (the provider holds one engine lock for that). The
+// data-path boundary is the exception, built like an RNIC's queues (see util/ring.h and
+// docs/threading.md): post_send, post_recv, post_srq_recv, poll_cq and ring_doorbell may be
+// called by application threads at any time, concurrently with the engine and with each
+// other. Posting writes the work request into the QP's ring under that queue's own lock and
+// rings the QP's doorbell; the engine picks the doorbells up at the start of its next poll().
+// poll_cq takes completions the engine has already produced, under the CQ's own lock.
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -114,7 +124,7 @@ class Engine {
   int destroy_qp(Qp* qp);
   Qp* qp_by_num(uint32_t qpn);
 
-  // ---- Data path ------------------------------------------------------------------------
+  // ---- Data path (thread-safe: see the top of this file) ------------------------------------
   /// all_or_none: check the whole chain (and the room in the SQ) before posting any of it, as
   /// ibv_wr_complete must; otherwise the WRs ahead of a failing one stay posted (ibv_post_send).
   int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bool all_or_none = false);
@@ -122,6 +132,9 @@ class Engine {
   int post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   /// Up to n completions; returns how many (never negative).
   int poll_cq(Cq* cq, int n, ibv_wc* wc);
+  /// Tells the engine that `qp` has new work (posted WRs; in ERR: WRs to flush). The next
+  /// poll() schedules it.
+  void ring_doorbell(Qp* qp);
 
   /// Runs the pipeline once at time `now_ns`; returns the amount of work done
   /// (packets received + sent + timers fired), 0 when idle.
@@ -129,7 +142,9 @@ class Engine {
   /// When the engine next needs poll() even if no packet arrives (TimerWheel::kNever: never).
   uint64_t next_deadline() const;
   /// True when a QP still has something to transmit (poll again without waiting).
-  bool has_tx_work() const { return !active_.empty(); }
+  bool has_tx_work() const {
+    return !active_.empty() || doorbell_rung_.load(std::memory_order_acquire);
+  }
 
   bool pop_async_event(AsyncEvent* ev);
   const Counters& counters() const { return counters_; }
@@ -138,6 +153,7 @@ class Engine {
   friend class EngineTestPeer;
 
   // engine.cc
+  void answer_doorbells();
   void receive(Frame* f);
   bool validate(const wire::ParsedPacket& p, Qp** out);
   void fire_timer(Timer& t);
@@ -182,6 +198,7 @@ class Engine {
   static wire::MacAddr solicited_node_mac(const wire::Ipv6Addr& target);
 
   // verbs.cc
+  void set_state(Qp* qp, ibv_qp_state st);  // the engine's state and the posters' copy
   int check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const;
   void enter_error(Qp* qp);
   void flush_qp(Qp* qp);
@@ -249,6 +266,13 @@ class Engine {
   std::vector<Frame*> tx_batch_;
   Ring<Frame*> loopback_;
   Counters counters_;
+
+  // Doorbells rung by posting threads: QPs waiting to be scheduled (each at most once, while
+  // its `doorbell` flag is set). Both vectors are reserved for max_qp entries at start.
+  std::mutex doorbell_mu_;
+  std::vector<Qp*> doorbells_;
+  std::vector<Qp*> doorbells_taken_;  // the engine's side of the swap
+  std::atomic<bool> doorbell_rung_{false};
 };
 
 }  // namespace uroce

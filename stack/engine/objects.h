@@ -6,8 +6,9 @@
 #include <infiniband/verbs.h>
 
 #include <array>
-#include <mutex>
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "engine/timer_wheel.h"
 #include "memory/mr.h"
@@ -39,13 +40,19 @@ struct Cq {
     ibv_cq ibv;
   };
   uint32_t handle = 0;
+  // Completions: the engine produces (under the engine lock), pollers consume under `mu`
+  // (see util/ring.h), so ibv_poll_cq never waits for the engine.
   Ring<ibv_wc> ring;
+  std::mutex mu;            // serialises the consumers (threads polling this CQ)
   bool overflowed = false;  // a completion was lost: the CQ is in error (IBA 11.4.2.1)
   uint32_t users = 0;       // QPs attached
-  uint64_t notify_gen = 0;  // bumped when a completion lands (for completion channels)
-  // Completion-channel arming, kept here for the verbs provider (the engine ignores it).
+  std::atomic<uint64_t> notify_gen{0};  // bumped when a completion lands (completion channels)
+  // Completion-channel arming and event counts, kept here for the verbs provider (the engine
+  // ignores them): under the provider's notification lock.
   bool notify_armed = false;
   uint64_t notify_seen = 0;
+  uint32_t comp_events_reported = 0;   // events written to the channel
+  uint32_t async_events_reported = 0;  // async events naming this CQ
   ibv_wc ex_wc{};  // the completion ibv_start_poll/ibv_next_poll is looking at (provider)
   std::mutex ex_mu;          // held from ibv_start_poll to ibv_end_poll (provider)
   bool ex_single = false;    // IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no ex_mu
@@ -67,7 +74,10 @@ struct Srq {
   ibv_srq ibv{};  // first, as in Cq
   uint32_t handle = 0;
   mem::Pd* pd = nullptr;
+  // Posted receives: application threads produce under `mu`, the engine consumes.
   Ring<RecvWqe> ring;
+  std::mutex mu;
+  uint32_t async_events_reported = 0;  // provider: async events naming this SRQ
   uint32_t max_sge = 0;
   uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
   uint32_t users = 0;
@@ -166,7 +176,15 @@ struct Qp {
   void* ext = nullptr;  // the provider's ibv_wr_* builder when created with send_ops_flags
   uint32_t qpn = 0;
   ibv_qp_type type = IBV_QPT_RC;
-  ibv_qp_state state = IBV_QPS_RESET;
+  ibv_qp_state state = IBV_QPS_RESET;  // the engine's (under the engine lock)
+  // The boundary with posting threads (Engine::post_send / post_recv run without the engine
+  // lock): the state as posters see it, the producer locks of the two work queues, and the
+  // doorbell flag (set while the QP waits in the engine's doorbell list).
+  std::atomic<ibv_qp_state> post_state{IBV_QPS_RESET};
+  std::mutex sq_mu;
+  std::mutex rq_mu;
+  std::atomic<bool> doorbell{false};
+  uint32_t async_events_reported = 0;  // provider: async events naming this QP
   mem::Pd* pd = nullptr;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
@@ -193,7 +211,7 @@ struct Qp {
   Path path;
   wire::RoceHeaders tx_template;  // addresses, ports, P_Key, dest QP: per-packet fields vary
 
-  // Send queue and requester.
+  // Send queue and requester. Posters produce into `sq` under sq_mu; the engine consumes.
   Ring<SendWqe> sq;
   uint64_t sq_cursor = 0;        // absolute index of the WQE being sent next
   uint64_t sq_assigned_end = 0;  // absolute index after the last WQE with PSNs assigned
@@ -222,7 +240,7 @@ struct Qp {
   Timer retransmit_timer;
   Timer rnr_timer;
 
-  // Receive queue and responder.
+  // Receive queue and responder. Posters produce into `rq` under rq_mu; the engine consumes.
   Ring<RecvWqe> rq;
   Psn epsn;          // next PSN expected
   uint32_t msn = 0;  // messages completed (24 bits on the wire)

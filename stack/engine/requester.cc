@@ -157,7 +157,9 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
   h.bth.opcode = w.opcode == IBV_WR_SEND_WITH_IMM ? opcode::kUdSendOnlyImm : opcode::kUdSendOnly;
   h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
   h.bth.psn = qp->sq_psn.value();
-  h.ext.deth = {w.remote_qkey, 0, qp->qpn};
+  // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
+  const uint32_t qkey = (w.remote_qkey & 0x80000000u) ? qp->qkey : w.remote_qkey;
+  h.ext.deth = {qkey, 0, qp->qpn};
   h.ext.imm.imm = __builtin_bswap32(w.imm_or_inv);
   FrameLayout lay;
   Frame* f = build_packet(h, w.length, &lay);

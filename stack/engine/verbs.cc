@@ -229,6 +229,7 @@ int Engine::modify_srq(Srq* srq, ibv_srq_attr* attr, int mask) {
   const uint32_t limit = (mask & IBV_SRQ_LIMIT) ? attr->srq_limit : srq->limit;
   if (limit > max_wr) return EINVAL;
   if (mask & IBV_SRQ_MAX_WR) {
+    std::lock_guard<std::mutex> producers(srq->mu);  // both sides of the ring held
     Ring<RecvWqe> resized(max_wr);
     for (size_t i = 0; i < srq->ring.size(); ++i) resized.push(srq->ring.at(i));
     srq->ring = std::move(resized);
@@ -365,6 +366,10 @@ int Engine::destroy_qp(Qp* qp) {
     if (q != qp) active_.push(q);
   }
   drop_events(events_, [qp](const AsyncEvent& e) { return e.qp == qp; });
+  {
+    std::lock_guard<std::mutex> lock(doorbell_mu_);
+    std::erase(doorbells_, qp);
+  }
   --qp->pd->users;
   --qp->send_cq->users;
   --qp->recv_cq->users;
@@ -473,23 +478,19 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
   const ibv_qp_state next = attr->qp_state;
   switch (next) {
     case IBV_QPS_RESET: reset_qp(qp); break;
-    case IBV_QPS_ERR:
-      qp->state = IBV_QPS_ERR;
-      enter_error(qp);
-      break;
+    case IBV_QPS_ERR: enter_error(qp); break;
     case IBV_QPS_RTS:
-      qp->state = IBV_QPS_RTS;
+      set_state(qp, IBV_QPS_RTS);
       qp->sq_drained_notified = false;
       schedule(qp);  // posted WQEs (e.g. queued while in SQD) may go now
       break;
     case IBV_QPS_SQD:
-      qp->state = IBV_QPS_SQD;
+      set_state(qp, IBV_QPS_SQD);
       qp->sq_drained_notified = false;
       schedule(qp);  // drain check happens in the requester
       break;
-    default: qp->state = next; break;
+    default: set_state(qp, next); break;
   }
-  qp->ibv.state = qp->state;
   return 0;
 }
 
@@ -528,11 +529,23 @@ int Engine::query_qp(const Qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr* init) 
   return 0;
 }
 
+void Engine::set_state(Qp* qp, ibv_qp_state st) {
+  qp->state = st;
+  qp->ibv.state = st;
+  qp->post_state.store(st, std::memory_order_release);
+}
+
 void Engine::reset_qp(Qp* qp) {
   timers_.cancel(qp->retransmit_timer);
   timers_.cancel(qp->rnr_timer);
-  qp->sq.clear();
-  qp->rq.clear();
+  {
+    // Both sides of both queues: posters are kept out while the rings empty (and they find
+    // the QP in RESET afterwards, where posting is refused).
+    std::scoped_lock producers(qp->sq_mu, qp->rq_mu);
+    set_state(qp, IBV_QPS_RESET);
+    qp->sq.clear();
+    qp->rq.clear();
+  }
   qp->sq_cursor = qp->sq_assigned_end = 0;
   qp->rd_atomic_outstanding = 0;
   qp->pkts_since_ackreq = 0;
@@ -543,14 +556,12 @@ void Engine::reset_qp(Qp* qp) {
   qp->res_next = qp->res_sending = 0;
   qp->ack_pending = false;
   qp->flush_pending = false;
-  qp->state = IBV_QPS_RESET;
 }
 
 void Engine::enter_error(Qp* qp) {
   // Everything outstanding completes with IBV_WC_WR_FLUSH_ERR (in the engine's next pass, so
   // that an error completion being generated right now goes first).
-  qp->state = IBV_QPS_ERR;
-  qp->ibv.state = IBV_QPS_ERR;
+  set_state(qp, IBV_QPS_ERR);
   timers_.cancel(qp->retransmit_timer);
   timers_.cancel(qp->rnr_timer);
   qp->flush_pending = true;
@@ -593,8 +604,9 @@ void Engine::flush_qp(Qp* qp) {
 // ---- Posting ----------------------------------------------------------------------------------
 
 int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) const {
-  if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR)
-    return EINVAL;
+  // Runs on the posting thread: only the QP's fixed properties and its published state.
+  const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
+  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return EINVAL;
   if (!opcode_allowed(qp->type, wr->opcode)) return EINVAL;
   if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) return EINVAL;
   *total = 0;
@@ -616,6 +628,7 @@ int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) 
 int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bool all_or_none) {
   const ibv_send_wr* const first = wr;
   int err = 0;
+  std::lock_guard<std::mutex> producer(qp->sq_mu);
   if (all_or_none) {  // ibv_wr_complete: either the whole batch is posted or none of it
     size_t n = 0;
     uint64_t total = 0;
@@ -661,8 +674,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
     if (qp->type == IBV_QPT_UD) {
       w.ah = to_ah(wr->wr.ud.ah);
       w.remote_qpn = wr->wr.ud.remote_qpn;
-      // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
-      w.remote_qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? qp->qkey : wr->wr.ud.remote_qkey;
+      w.remote_qkey = wr->wr.ud.remote_qkey;  // the high bit is resolved when sent
     }
     w.length = static_cast<uint32_t>(total);
     w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
@@ -682,18 +694,18 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
     }
     qp->sq.commit();
   }
-  if (wr != first) {  // the WRs ahead of a failing one stay posted: they must go out too
-    if (qp->state == IBV_QPS_ERR) qp->flush_pending = true;
-    schedule(qp);
-  }
+  // The WRs ahead of a failing one stay posted: they must go out too.
+  if (wr != first) ring_doorbell(qp);
   return err;
 }
 
 int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
   const ibv_recv_wr* const first = wr;
   int err = 0;
+  std::lock_guard<std::mutex> producer(qp->rq_mu);
+  const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
   for (; wr != nullptr; wr = wr->next) {
-    if (qp->state == IBV_QPS_RESET || qp->srq != nullptr) err = EINVAL;
+    if (st == IBV_QPS_RESET || qp->srq != nullptr) err = EINVAL;
     else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge)
       err = EINVAL;
     else if (qp->rq.full()) err = ENOMEM;
@@ -703,14 +715,12 @@ int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     }
     qp->rq.push(to_recv_wqe(*wr));
   }
-  if (qp->state == IBV_QPS_ERR && wr != first) {  // in ERR, what was posted is flushed
-    qp->flush_pending = true;
-    schedule(qp);
-  }
+  if (st == IBV_QPS_ERR && wr != first) ring_doorbell(qp);  // in ERR, posted WRs are flushed
   return err;
 }
 
 int Engine::post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
+  std::lock_guard<std::mutex> producer(srq->mu);
   for (; wr != nullptr; wr = wr->next) {
     int err = 0;
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq->max_sge) err = EINVAL;

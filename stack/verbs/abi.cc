@@ -35,9 +35,9 @@ int op_dealloc_mw(ibv_mw*) { return EOPNOTSUPP; }
 
 int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t len) {
   ibv_port_attr a;
-  ContextState* s = to_context(context)->state;
-  std::lock_guard<std::mutex> lock(s->mu);
-  if (int e = s->engine->query_port(port_num, &a); e != 0) return e;
+  Runtime* rt = runtime_of(context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  if (int e = rt->engine->query_port(port_num, &a); e != 0) return e;
   std::memcpy(attr, &a, std::min(len, sizeof a));
   return 0;
 }
@@ -46,10 +46,10 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
                        ibv_device_attr_ex* attr, size_t len) {
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   ibv_device_attr_ex a{};
-  ContextState* s = to_context(context)->state;
+  Runtime* rt = runtime_of(context);
   {
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->engine->query_device(&a.orig_attr);
+    std::lock_guard<std::mutex> lock(rt->emu);
+    rt->engine->query_device(&a.orig_attr);
   }
   a.max_dm_size = 0;
   std::memcpy(attr, &a, std::min(len, sizeof a));
@@ -214,7 +214,42 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   return -1;
 }
 
-void ibv_ack_async_event(ibv_async_event*) {}
+// Acknowledging lets ibv_destroy_{qp,cq,srq} (which wait for every event about the object to
+// be acknowledged) go ahead, as in rdma-core.
+void ibv_ack_async_event(ibv_async_event* event) {
+  auto ack = [](pthread_mutex_t* m, pthread_cond_t* cv, uint32_t* completed) {
+    pthread_mutex_lock(m);
+    ++*completed;
+    pthread_cond_signal(cv);
+    pthread_mutex_unlock(m);
+  };
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
+      break;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      ack(&qp->mutex, &qp->cond, &qp->events_completed);
+      break;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      ack(&srq->mutex, &srq->cond, &srq->events_completed);
+      break;
+    }
+    default: break;  // port and device events name no object
+  }
+}
 
 // ---- Not supported yet: the extended QP API ---------------------------------------------------
 

@@ -1,24 +1,13 @@
-// Devices and contexts: the device list from the configuration, opening a device (port,
-// engine, progress thread), and the device-level queries.
-#include <arpa/inet.h>
+// Devices and contexts: the device list from the configuration, opening and closing a
+// context on a device's shared runtime (runtime.cc), and the device-level queries.
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <netinet/in.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
-#include "dpdk/dpdk_port.h"
-#include "fault/fault_injector.h"
-#include "trace/pcap_trace.h"
-#include "wire/udp.h"
 #include "verbs/provider.h"
 
 namespace uroce::verbs {
@@ -74,141 +63,6 @@ std::vector<Device*> build_devices() {
   return out;
 }
 
-/// The Linux kernel sees our UDP 4791 traffic too (the interface is shared with DPDK's
-/// af_packet) and would answer every packet with ICMP port unreachable. A socket bound to
-/// port 4791 whose filter drops everything makes it keep quiet: the kernel finds a socket,
-/// the filter discards the copy, no ICMP. Returns -1 if that is not possible (then the
-/// ICMP noise is harmless: the peer ignores it).
-int silence_kernel(const config::DeviceConfig& dc) {
-  sock_filter drop_all = {BPF_RET | BPF_K, 0, 0, 0};
-  sock_fprog prog = {1, &drop_all};
-  const bool v4 = dc.ipv4.has_value();
-  const int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  int rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
-  if (rc == 0 && v4) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(wire::kRoceV2Port);
-    std::memcpy(&a.sin_addr, dc.ipv4->data(), 4);
-    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else if (rc == 0) {
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(wire::kRoceV2Port);
-    std::memcpy(&a.sin6_addr, dc.ipv6->data(), 16);
-    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  }
-  if (rc != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/// Several processes may open the same device (interface); each runs its own engine, so their
-/// QPNs must not overlap. Each claims a block of QPNs by holding an flock on a file named
-/// after the interface and the block number: the first free block wins, and the kernel
-/// releases the lock when the process exits however it ends. Block 0 starts at 0x11 as in
-/// rdma_rxe. Returns the first QPN (0x11 if no lock file can be made) and the lock's fd.
-uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* lock_fd) {
-  constexpr uint32_t kBlock = 0x10000;  // QPNs per process (max_qp is 4096)
-  std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
-  for (char& c : key)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
-  *lock_fd = -1;
-  for (uint32_t n = 0; n < 64; ++n) {
-    const std::string path = "/dev/shm/uroce-qpn-" + key + "-" + std::to_string(n) + ".lock";
-    // flock needs only a read-only descriptor, so a file another user made works too.
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) continue;  // unusable (e.g. created meanwhile and not readable): next block
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      *lock_fd = fd;
-      return 0x11 + n * kBlock;
-    }
-    close(fd);
-  }
-  std::fprintf(stderr, "uroce: %s: no free QPN block in /dev/shm (64 processes on it?): using "
-               "QPNs from 0x11, which may collide with another process\n", key.c_str());
-  return 0x11;
-}
-
-StatsShm* open_stats(const std::string& name, const std::string& device) {
-  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return nullptr;
-  void* p = MAP_FAILED;
-  if (ftruncate(fd, sizeof(StatsShm)) == 0)
-    p = mmap(nullptr, sizeof(StatsShm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    return nullptr;
-  }
-  auto* st = static_cast<StatsShm*>(p);
-  std::memset(st, 0, sizeof *st);
-  st->n_counters = static_cast<uint32_t>(Counter::kCount);
-  st->n_parse_errors = static_cast<uint32_t>(wire::ParseError::kCount);
-  std::snprintf(st->device, sizeof st->device, "%s", device.c_str());
-  st->magic = StatsShm::kMagic;
-  return st;
-}
-
-/// Copies the engine's counters to the shared-memory file (with the lock held), ~10 per s.
-void publish_stats(ContextState* s, uint64_t now) {
-  if (s->stats == nullptr || now < s->stats_next) return;
-  s->stats_next = now + 100'000'000;
-  const Counters& c = s->engine->counters();
-  for (size_t i = 0; i < static_cast<size_t>(Counter::kCount); ++i)
-    s->stats->values[i] = c.get(static_cast<Counter>(i));
-  for (size_t i = 0; i < static_cast<size_t>(wire::ParseError::kCount); ++i)
-    s->stats->parse_errors[i] = c.get(static_cast<wire::ParseError>(i));
-  s->stats->updated_ns = now;
-}
-
-void progress_loop(ContextState* s) {
-  // Adaptive: poll flat out while there is work; when an application thread is busy-polling
-  // its CQ it drives the engine itself, so step aside (sleep) instead of competing for the
-  // CPU; when everything is idle, back off to 1 ms sleeps so an idle process costs nothing.
-  uint32_t idle = 0;
-  while (!s->stop.load(std::memory_order_relaxed)) {
-    size_t work;
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      const uint64_t now = now_ns();
-      work = s->engine->poll(now);
-      progress_hook(s);
-      publish_stats(s, now);
-      AsyncEvent ev;
-      while (s->engine->pop_async_event(&ev)) {
-        ibv_async_event out{};
-        out.event_type = ev.type;
-        if (ev.qp != nullptr) out.element.qp = &ev.qp->ibv;
-        if (ev.cq != nullptr) out.element.cq = &ev.cq->ibv;
-        if (ev.srq != nullptr) out.element.srq = &ev.srq->ibv;
-        if (write(s->async_pipe[1], &out, sizeof out) != sizeof out) break;
-      }
-    }
-    const bool app_polling =
-        now_ns() - s->last_app_poll.load(std::memory_order_relaxed) < 1'000'000;
-    if (work != 0 && !app_polling) {
-      idle = 0;
-      continue;
-    }
-    ++idle;
-    if (app_polling) {
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    } else if (idle < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(idle > 20000 ? 1000 : 20));
-    }
-  }
-}
-
 }  // namespace
 
 const std::vector<Device*>& devices() {
@@ -247,75 +101,22 @@ int ibv_get_device_index(ibv_device* device) { return to_device(device)->index; 
 
 ibv_context* ibv_open_device(ibv_device* device) {
   Device* d = to_device(device);
-  config::DeviceConfig dc = d->cfg;
-  std::string err;
-  if (!config::fill_addresses(&dc, &err)) {
-    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
-    errno = EINVAL;
-    return nullptr;
-  }
   auto state = std::make_unique<ContextState>();
-  drivers::DpdkConfig pc;
-  pc.iface = dc.iface;
-  pc.devargs = dc.devargs;
-  pc.shared = !dc.exclusive;
-  state->port = drivers::DpdkPort::open(pc, &err);
-  if (!state->port) {
-    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
-    errno = ENODEV;
-    return nullptr;
-  }
-  Port* port = state->port.get();
-  if (!dc.pcap.empty()) {
-    auto trace = std::make_unique<drivers::PcapTrace>(*port, dc.pcap);
-    if (!trace->ok()) {
-      std::fprintf(stderr, "uroce: %s: pcap %s: %s\n", dc.name.c_str(), dc.pcap.c_str(),
-                   trace->error().c_str());
-      errno = EINVAL;
-      return nullptr;
-    }
-    port = trace.get();
-    state->trace = std::move(trace);
-  }
-  if (dc.fault.enabled) {  // above the trace, so the pcap shows what really crossed the wire
-    drivers::FaultConfig fc;
-    fc.seed = dc.fault.seed;
-    fc.loss = dc.fault.loss;
-    fc.duplicate = dc.fault.duplicate;
-    fc.corrupt = dc.fault.corrupt;
-    fc.reorder = dc.fault.reorder;
-    fc.reorder_window = dc.fault.reorder_window;
-    fc.delay_ns = dc.fault.delay_ns;
-    fc.jitter_ns = dc.fault.jitter_ns;
-    fc.tx_side = dc.fault.tx_side;
-    fc.rx_side = dc.fault.rx_side;
-    state->fault = std::make_unique<drivers::FaultInjector>(*port, fc);
-    port = state->fault.get();
-  }
-  EngineConfig ec;
-  ec.ipv4 = dc.ipv4;
-  ec.ipv6 = dc.ipv6;
-  ec.vlan_id = dc.vlan;
-  ec.active_mtu = static_cast<ibv_mtu>(std::countr_zero(dc.mtu) - 7);
-  ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
-  ec.node_guid = d->guid;
-  ec.first_qpn = claim_qpn_block(dc, &state->qpn_lock_fd);
-  state->engine = std::make_unique<Engine>(*port, ec);
-  state->quiet_fd = silence_kernel(dc);
-  state->stats_name = stats_shm_name(getpid(), dc.name);
-  state->stats = open_stats(state->stats_name, dc.name);
-  if (pipe2(state->async_pipe, O_CLOEXEC) != 0) {
-    errno = EMFILE;
-    return nullptr;
-  }
-
+  // The async event pipe: the application reads (blocking, as the kernel's async fd); the
+  // engine writes without ever blocking.
+  if (pipe2(state->async_pipe, O_CLOEXEC) != 0) return nullptr;
+  fcntl(state->async_pipe[1], F_SETFL, O_NONBLOCK);
   auto* ctx = static_cast<Context*>(calloc(1, sizeof(Context)));
-  if (ctx == nullptr) {
+  Runtime* rt = ctx != nullptr ? acquire_runtime(d) : nullptr;
+  if (rt == nullptr) {
+    const int e = ctx == nullptr ? ENOMEM : errno;
+    free(ctx);
     close(state->async_pipe[0]);
     close(state->async_pipe[1]);
-    errno = ENOMEM;
+    errno = e;
     return nullptr;
   }
+  state->rt = rt;
   ibv_context& c = ctx->vctx.context;
   c.device = device;
   c.cmd_fd = -1;
@@ -325,29 +126,28 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
   ctx->vctx.sz = sizeof(verbs_context);
   install_ops(ctx);
-  ContextState* s = state.release();
-  ctx->state = s;
-  s->progress = std::thread(progress_loop, s);
+  ctx->state = state.release();
+  {
+    std::lock_guard<std::mutex> lock(rt->ctx_mu);
+    rt->contexts.push_back(ctx->state);
+  }
   return &c;
 }
 
 int ibv_close_device(ibv_context* context) {
   Context* ctx = to_context(context);
   ContextState* s = ctx->state;
-  s->stop = true;
-  if (s->progress.joinable()) s->progress.join();
+  Runtime* rt = s->rt;
+  // What the application left is destroyed, as the kernel does when a verbs fd closes.
+  destroy_context_objects(s);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);  // no engine pass is writing to our pipe
+    std::lock_guard<std::mutex> ctx_lock(rt->ctx_mu);
+    std::erase(rt->contexts, s);
+  }
+  release_runtime(rt);
   close(s->async_pipe[0]);
   close(s->async_pipe[1]);
-  if (s->quiet_fd >= 0) close(s->quiet_fd);
-  if (s->qpn_lock_fd >= 0) close(s->qpn_lock_fd);
-  if (s->stats != nullptr) {
-    munmap(s->stats, sizeof(StatsShm));
-    shm_unlink(s->stats_name.c_str());
-  }
-  s->engine.reset();
-  s->fault.reset();
-  s->trace.reset();
-  s->port.reset();
   delete s;
   pthread_mutex_destroy(&context->mutex);
   free(ctx);
@@ -355,9 +155,9 @@ int ibv_close_device(ibv_context* context) {
 }
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
-  ContextState* s = to_context(context)->state;
-  std::lock_guard<std::mutex> lock(s->mu);
-  s->engine->query_device(attr);
+  Runtime* rt = runtime_of(context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  rt->engine->query_device(attr);
   return 0;
 }
 
@@ -365,24 +165,24 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
 // port_cap_flags2); the header's inline calls the context's query_port op when present.
 int (ibv_query_port)(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* port_attr) {
   ibv_port_attr a;
-  ContextState* s = to_context(context)->state;
-  std::lock_guard<std::mutex> lock(s->mu);
-  if (int e = s->engine->query_port(port_num, &a); e != 0) return e;
+  Runtime* rt = runtime_of(context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  if (int e = rt->engine->query_port(port_num, &a); e != 0) return e;
   std::memcpy(static_cast<void*>(port_attr), &a, offsetof(ibv_port_attr, port_cap_flags2));
   return 0;
 }
 
 int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
-  ContextState* s = to_context(context)->state;
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->engine->query_gid(port_num, index, gid) == 0 ? 0 : -1;
+  Runtime* rt = runtime_of(context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->query_gid(port_num, index, gid) == 0 ? 0 : -1;
 }
 
 int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
-  ContextState* s = to_context(context)->state;
-  std::lock_guard<std::mutex> lock(s->mu);
+  Runtime* rt = runtime_of(context);
+  std::lock_guard<std::mutex> lock(rt->emu);
   uint16_t p;
-  if (s->engine->query_pkey(port_num, index, &p) != 0) return -1;
+  if (rt->engine->query_pkey(port_num, index, &p) != 0) return -1;
   *pkey = __builtin_bswap16(p);
   return 0;
 }
@@ -428,11 +228,11 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
     errno = EINVAL;
     return -EINVAL;
   }
-  ContextState* s = to_context(context)->state;
+  Runtime* rt = runtime_of(context);
   size_t n;
   {
-    std::lock_guard<std::mutex> lock(s->mu);
-    n = static_cast<size_t>(s->engine->gid_count());
+    std::lock_guard<std::mutex> lock(rt->emu);
+    n = static_cast<size_t>(rt->engine->gid_count());
   }
   if (n > max_entries) return -EINVAL;
   for (size_t i = 0; i < n; ++i) {

@@ -270,11 +270,10 @@ int wr_complete(ibv_qp_ex* q) {
       e.wr.next = i + 1 < b->n ? &b->entries[i + 1].wr : nullptr;
     }
     // All or nothing (man ibv_wr_post: nothing is executed unless ibv_wr_complete succeeds).
-    ContextState* s = to_context(q->qp_base.context)->state;
-    std::lock_guard<std::mutex> lock(s->mu);
+    Runtime* rt = runtime_of(q->qp_base.context);
     const ibv_send_wr* bad = nullptr;
-    rc = s->engine->post_send(to_qp(&q->qp_base), &b->entries[0].wr, &bad, true);
-    if (rc == 0) s->engine->poll(now_ns());  // send now, as ibv_post_send does
+    rc = rt->engine->post_send(to_qp(&q->qp_base), &b->entries[0].wr, &bad, true);
+    if (rc == 0) rt->drive(true);  // send now, as ibv_post_send does
   }
   b->n = 0;
   b->err = 0;

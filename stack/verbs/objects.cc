@@ -1,6 +1,12 @@
 // Verbs objects and the data path on top of the engine: PD, MR, completion channels, CQ,
 // SRQ, AH, QP, and the context ops that verbs.h's inline ibv_post_send / ibv_post_recv /
-// ibv_poll_cq / ibv_req_notify_cq call. Every engine call holds the device lock.
+// ibv_poll_cq / ibv_req_notify_cq call.
+//
+// Control verbs hold the runtime's engine lock. The data path does not wait for it: posting
+// goes into the queue under the queue's own lock and rings a doorbell, polling takes what is
+// in the CQ, and either runs an engine pass only if nobody else is running one
+// (Runtime::drive). Every object is recorded in the context that made it, so that
+// ibv_close_device can destroy what the application left. docs/threading.md has the model.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,11 +17,7 @@
 
 #include "verbs/provider.h"
 
-using namespace uroce;
-using namespace uroce::verbs;
-
-namespace {
-
+namespace uroce::verbs {
 struct UPd {
   ibv_pd ibv;
   mem::Pd* pd;
@@ -26,105 +28,254 @@ struct UMr {
 };
 struct UChannel {
   ibv_comp_channel ibv;
-  int wfd;  // write end of the pipe whose read end is ibv.fd
-  int cqs;  // CQs using it
+  int wfd;  // write end of the pipe whose read end is ibv.fd (non-blocking)
+  int cqs;  // CQs using it (under the owning context's obj_mu)
 };
+}  // namespace uroce::verbs
 
-ContextState* state_of(ibv_context* c) { return to_context(c)->state; }
+using namespace uroce;
+using namespace uroce::verbs;
+
+namespace {
+
 mem::Pd* pd_of(ibv_pd* p) { return reinterpret_cast<UPd*>(p)->pd; }
+
+/// Records / forgets an object in the set of the context that made it.
+template <typename T>
+void own(ibv_context* c, std::unordered_set<T*> ContextState::*set, T* obj) {
+  ContextState* s = state_of(c);
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  (s->*set).insert(obj);
+}
+template <typename T>
+void disown(ibv_context* c, std::unordered_set<T*> ContextState::*set, T* obj) {
+  ContextState* s = state_of(c);
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  (s->*set).erase(obj);
+}
+
+/// ibv_destroy_* waits until the application has acknowledged every event it was given
+/// about the object (as rdma-core's kernel providers do), so that no event in its hands
+/// names freed memory. `reported` is read under the engine lock, the wait happens outside it.
+void wait_acked(pthread_mutex_t* m, pthread_cond_t* cv, const uint32_t* completed,
+                uint32_t reported) {
+  pthread_mutex_lock(m);
+  while (*completed != reported) pthread_cond_wait(cv, m);
+  pthread_mutex_unlock(m);
+}
 
 /// ibv_modify_qp and ibv_create_ah are synchronous: resolve the destination's MAC first,
 /// waiting for ARP / neighbour discovery (up to its 3 s of retries) without holding the lock
 /// so the progress thread can receive the answer.
-int resolve_dest(ContextState* s, const ibv_ah_attr& ah) {
+int resolve_dest(Runtime* rt, const ibv_ah_attr& ah) {
   if (!ah.is_global) return 0;  // the engine answers EINVAL for a missing GRH
   wire::Gid gid;
   std::memcpy(gid.data(), ah.grh.dgid.raw, 16);
   wire::MacAddr mac;
   NeighborState st;
   {
-    std::lock_guard<std::mutex> lock(s->mu);
-    st = s->engine->resolve(gid, &mac);
+    std::lock_guard<std::mutex> lock(rt->emu);
+    st = rt->engine->resolve(gid, &mac);
   }
   while (st == NeighborState::kIncomplete) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::lock_guard<std::mutex> lock(s->mu);
-    st = s->engine->neighbor_state(gid, &mac);
+    std::lock_guard<std::mutex> lock(rt->emu);
+    st = rt->engine->neighbor_state(gid, &mac);
   }
   return st == NeighborState::kReachable ? 0 : EHOSTUNREACH;
-}
-
-/// Completion channels: a CQ armed with ibv_req_notify_cq gets one event on its next
-/// completion. Called with the device lock held.
-void deliver_cq_events(ContextState* s) {
-  for (size_t i = 0; i < s->armed.size();) {
-    Cq* cq = s->armed[i];
-    if (cq->notify_gen == cq->notify_seen) {
-      ++i;
-      continue;
-    }
-    cq->notify_armed = false;
-    s->armed[i] = s->armed.back();
-    s->armed.pop_back();
-    auto* ch = reinterpret_cast<UChannel*>(cq->ibv.channel);
-    ibv_cq* handle = &cq->ibv;
-    if (ch != nullptr && write(ch->wfd, &handle, sizeof handle) != sizeof handle) {
-      // The pipe is full only if the application stopped reading events: drop this one.
-    }
-  }
 }
 
 // ---- Context ops (data path) ------------------------------------------------------------
 
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
-  ContextState* s = state_of(cq->context);
-  const uint64_t now = now_ns();
-  s->last_app_poll.store(now, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(s->mu);
-  s->engine->poll(now);  // a busy-polling application drives the engine itself
-  deliver_cq_events(s);
-  return s->engine->poll_cq(to_cq(cq), n, wc);
+  Runtime* rt = runtime_of(cq->context);
+  // What is already in the CQ first, without touching the engine.
+  const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
+  if (got != 0 || n <= 0) return got;
+  // Nothing there: a busy-polling application drives the engine itself, unless another
+  // thread is doing so right now (then there is nothing to wait for: return empty).
+  rt->last_app_poll.store(now_ns(), std::memory_order_relaxed);
+  if (!rt->drive(false)) return 0;
+  return rt->engine->poll_cq(to_cq(cq), n, wc);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {
   // solicited_only is treated like "any completion": an extra wake-up is always allowed.
-  ContextState* s = state_of(cq->context);
-  std::lock_guard<std::mutex> lock(s->mu);
+  Runtime* rt = runtime_of(cq->context);
+  std::lock_guard<std::mutex> lock(rt->notify_mu);
   Cq* c = to_cq(cq);
-  c->notify_seen = c->notify_gen;
+  c->notify_seen = c->notify_gen.load(std::memory_order_acquire);
   if (!c->notify_armed) {
     c->notify_armed = true;
-    s->armed.push_back(c);
+    rt->armed.push_back(c);
   }
   return 0;
 }
 
 int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
-  ContextState* s = state_of(qp->context);
-  std::lock_guard<std::mutex> lock(s->mu);
+  Runtime* rt = runtime_of(qp->context);
   const ibv_send_wr* b = nullptr;
-  const int rc = s->engine->post_send(to_qp(qp), wr, &b);
+  const int rc = rt->engine->post_send(to_qp(qp), wr, &b);  // the WRs and the doorbell
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(b);
-  s->engine->poll(now_ns());  // send now rather than at the progress thread's next turn
+  rt->drive(true);  // send now, or leave it to the thread running the engine
   return rc;
 }
 
 int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  ContextState* s = state_of(qp->context);
-  std::lock_guard<std::mutex> lock(s->mu);
+  Runtime* rt = runtime_of(qp->context);
   const ibv_recv_wr* b = nullptr;
-  const int rc = s->engine->post_recv(to_qp(qp), wr, &b);
+  const int rc = rt->engine->post_recv(to_qp(qp), wr, &b);
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_recv_wr*>(b);
+  // Receives wait for traffic; only in ERR is there work now (flush completions).
+  if (to_qp(qp)->post_state.load(std::memory_order_acquire) == IBV_QPS_ERR) rt->drive(true);
   return rc;
 }
 
 int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  ContextState* s = state_of(srq->context);
-  std::lock_guard<std::mutex> lock(s->mu);
+  Runtime* rt = runtime_of(srq->context);
   const ibv_recv_wr* b = nullptr;
-  const int rc = s->engine->post_srq_recv(to_srq(srq), wr, &b);
+  const int rc = rt->engine->post_srq_recv(to_srq(srq), wr, &b);
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_recv_wr*>(b);
   return rc;
+}
+
+// ---- Destruction (the verbs below, and ibv_close_device for what the application left) -----
+
+int destroy_qp(ibv_qp* qp, bool wait) {
+  Runtime* rt = runtime_of(qp->context);
+  Qp* q = to_qp(qp);
+  uint32_t reported;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (rt->engine->qp_by_num(q->qpn) != q) return EINVAL;
+    rt->deliver_async_locked();  // events raised since the last pass reach the application
+    reported = q->async_events_reported;
+  }
+  if (wait) wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, reported);
+  void* ext = q->ext;
+  ibv_context* c = qp->context;
+  pthread_mutex_destroy(&qp->mutex);  // the engine frees the QP: everything in it goes first
+  pthread_cond_destroy(&qp->cond);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->destroy_qp(q); e != 0) return e;
+  }
+  disown(c, &ContextState::qps, q);
+  free_qp_ext(ext);
+  return 0;
+}
+
+int destroy_srq(ibv_srq* srq, bool wait) {
+  Runtime* rt = runtime_of(srq->context);
+  Srq* q = to_srq(srq);
+  uint32_t reported;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (q->users != 0) return EBUSY;
+    rt->deliver_async_locked();
+    reported = q->async_events_reported;
+  }
+  if (wait) wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, reported);
+  ibv_context* c = srq->context;
+  pthread_mutex_destroy(&srq->mutex);
+  pthread_cond_destroy(&srq->cond);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->destroy_srq(q); e != 0) return e;
+  }
+  disown(c, &ContextState::srqs, q);
+  return 0;
+}
+
+int destroy_cq(ibv_cq* cq, bool wait) {
+  Runtime* rt = runtime_of(cq->context);
+  Cq* c = to_cq(cq);
+  uint32_t async_reported, comp_reported;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (c->users != 0) return EBUSY;  // before anything is torn down
+    rt->deliver_async_locked();
+    async_reported = c->async_events_reported;
+    std::lock_guard<std::mutex> nlock(rt->notify_mu);
+    std::erase(rt->armed, c);  // no more completion events for it
+    c->notify_armed = false;
+    comp_reported = c->comp_events_reported;
+  }
+  if (wait) {
+    // Every completion event read from the channel and every async event acknowledged.
+    pthread_mutex_lock(&cq->mutex);
+    while (cq->comp_events_completed != comp_reported ||
+           cq->async_events_completed != async_reported)
+      pthread_cond_wait(&cq->cond, &cq->mutex);
+    pthread_mutex_unlock(&cq->mutex);
+  }
+  ibv_context* ctx = cq->context;
+  ibv_comp_channel* ch = cq->channel;
+  pthread_mutex_destroy(&cq->mutex);
+  pthread_cond_destroy(&cq->cond);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->destroy_cq(c); e != 0) return e;
+  }
+  disown(ctx, &ContextState::cqs, c);
+  if (ch != nullptr) {
+    std::lock_guard<std::mutex> lock(state_of(ctx)->obj_mu);
+    --reinterpret_cast<UChannel*>(ch)->cqs;
+  }
+  return 0;
+}
+
+int destroy_ah(ibv_ah* ah) {
+  Runtime* rt = runtime_of(ah->context);
+  ibv_context* c = ah->context;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->destroy_ah(to_ah(ah)); e != 0) return e;
+  }
+  disown(c, &ContextState::ahs, to_ah(ah));
+  return 0;
+}
+
+int dereg_mr(ibv_mr* mr) {
+  Runtime* rt = runtime_of(mr->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->dereg_mr(reinterpret_cast<UMr*>(mr)->mr); e != 0) return e;
+  }
+  disown(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr));
+  delete reinterpret_cast<UMr*>(mr);
+  return 0;
+}
+
+int dealloc_pd(ibv_pd* pd) {
+  Runtime* rt = runtime_of(pd->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->dealloc_pd(pd_of(pd)); e != 0) return e;
+  }
+  disown(pd->context, &ContextState::pds, reinterpret_cast<UPd*>(pd));
+  delete reinterpret_cast<UPd*>(pd);
+  return 0;
+}
+
+int destroy_channel(ibv_comp_channel* channel) {
+  auto* ch = reinterpret_cast<UChannel*>(channel);
+  ContextState* s = state_of(channel->context);
+  {
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    if (ch->cqs != 0) return EBUSY;
+    s->channels.erase(ch);
+  }
+  close(ch->ibv.fd);
+  close(ch->wfd);
+  delete ch;
+  return 0;
+}
+
+template <typename T>
+std::vector<T*> snapshot(ContextState* s, std::unordered_set<T*> ContextState::*set) {
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  return {(s->*set).begin(), (s->*set).end()};
 }
 
 }  // namespace
@@ -137,7 +288,38 @@ void install_data_ops(ibv_context_ops* o) {
   o->post_recv = op_post_recv;
   o->post_srq_recv = op_post_srq_recv;
 }
-void progress_hook(ContextState* s) { deliver_cq_events(s); }
+
+void deliver_cq_events(Runtime* rt) {
+  // Completion channels: a CQ armed with ibv_req_notify_cq gets one event on its next
+  // completion. The channel's write end never blocks.
+  std::lock_guard<std::mutex> lock(rt->notify_mu);
+  for (size_t i = 0; i < rt->armed.size();) {
+    Cq* cq = rt->armed[i];
+    if (cq->notify_gen.load(std::memory_order_acquire) == cq->notify_seen) {
+      ++i;
+      continue;
+    }
+    cq->notify_armed = false;
+    rt->armed[i] = rt->armed.back();
+    rt->armed.pop_back();
+    auto* ch = reinterpret_cast<UChannel*>(cq->ibv.channel);
+    ibv_cq* handle = &cq->ibv;
+    // A full pipe means the application stopped reading events: this one is dropped.
+    if (ch != nullptr && write(ch->wfd, &handle, sizeof handle) == sizeof handle)
+      ++cq->comp_events_reported;
+  }
+}
+
+void destroy_context_objects(ContextState* s) {
+  // Dependents first: QPs hold CQs, SRQs and PDs; SRQs, AHs and MRs hold PDs.
+  for (Qp* q : snapshot(s, &ContextState::qps)) destroy_qp(&q->ibv, false);
+  for (Srq* q : snapshot(s, &ContextState::srqs)) destroy_srq(&q->ibv, false);
+  for (Ah* a : snapshot(s, &ContextState::ahs)) destroy_ah(&a->ibv);
+  for (UMr* m : snapshot(s, &ContextState::mrs)) dereg_mr(&m->ibv);
+  for (Cq* c : snapshot(s, &ContextState::cqs)) destroy_cq(&c->ibv, false);
+  for (UPd* p : snapshot(s, &ContextState::pds)) dealloc_pd(&p->ibv);
+  for (UChannel* c : snapshot(s, &ContextState::channels)) destroy_channel(&c->ibv);
+}
 }  // namespace uroce::verbs
 
 extern "C" {
@@ -145,41 +327,53 @@ extern "C" {
 // ---- PD and MR -----------------------------------------------------------------------------
 
 ibv_pd* ibv_alloc_pd(ibv_context* context) {
-  ContextState* s = state_of(context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  mem::Pd* pd = s->engine->alloc_pd();
-  if (pd == nullptr) return nullptr;
-  auto* u = new UPd{};
+  Runtime* rt = runtime_of(context);
+  auto* u = new (std::nothrow) UPd{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    u->pd = rt->engine->alloc_pd();
+  }
+  if (u->pd == nullptr) {
+    delete u;
+    return nullptr;
+  }
   u->ibv.context = context;
-  u->ibv.handle = pd->handle;
-  u->pd = pd;
+  u->ibv.handle = u->pd->handle;
+  own(context, &ContextState::pds, u);
   return &u->ibv;
 }
 
-int ibv_dealloc_pd(ibv_pd* pd) {
-  ContextState* s = state_of(pd->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  if (int e = s->engine->dealloc_pd(pd_of(pd)); e != 0) return e;
-  delete reinterpret_cast<UPd*>(pd);
-  return 0;
-}
+int ibv_dealloc_pd(ibv_pd* pd) { return dealloc_pd(pd); }
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                          unsigned int access) {
   // Optional access bits (relaxed ordering and the like) may be ignored by any device.
   const int acc = static_cast<int>(access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE));
-  ContextState* s = state_of(pd->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  mem::Mr* mr = s->engine->reg_mr_iova(pd_of(pd), addr, length, iova, acc);
-  if (mr == nullptr) return nullptr;
-  auto* u = new UMr{};
+  Runtime* rt = runtime_of(pd->context);
+  auto* u = new (std::nothrow) UMr{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    u->mr = rt->engine->reg_mr_iova(pd_of(pd), addr, length, iova, acc);
+  }
+  if (u->mr == nullptr) {
+    delete u;
+    return nullptr;
+  }
   u->ibv.context = pd->context;
   u->ibv.pd = pd;
   u->ibv.addr = addr;
   u->ibv.length = length;
-  u->ibv.handle = mr->key;
-  u->ibv.lkey = u->ibv.rkey = mr->key;
-  u->mr = mr;
+  u->ibv.handle = u->mr->key;
+  u->ibv.lkey = u->ibv.rkey = u->mr->key;
+  own(pd->context, &ContextState::mrs, u);
   return &u->ibv;
 }
 
@@ -192,45 +386,37 @@ ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, 
   return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
 }
 
-int ibv_dereg_mr(ibv_mr* mr) {
-  ContextState* s = state_of(mr->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  if (int e = s->engine->dereg_mr(reinterpret_cast<UMr*>(mr)->mr); e != 0) return e;
-  delete reinterpret_cast<UMr*>(mr);
-  return 0;
-}
+int ibv_dereg_mr(ibv_mr* mr) { return dereg_mr(mr); }
 
 // ---- Completion channels and CQs -------------------------------------------------------------
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);  // the engine's side never blocks
   auto* ch = new UChannel{};
   ch->ibv.context = context;
   ch->ibv.fd = fds[0];
   ch->ibv.refcnt = 0;
   ch->wfd = fds[1];
+  own(context, &ContextState::channels, ch);
   return &ch->ibv;
 }
 
-int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
-  auto* ch = reinterpret_cast<UChannel*>(channel);
-  if (ch->cqs != 0) return EBUSY;
-  close(ch->ibv.fd);
-  close(ch->wfd);
-  delete ch;
-  return 0;
-}
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) { return destroy_channel(channel); }
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                       int comp_vector) {
-  if (comp_vector != 0) {
-    errno = EINVAL;  // num_comp_vectors is 1
+  if (comp_vector != 0 || (channel != nullptr && channel->context != context)) {
+    errno = EINVAL;  // num_comp_vectors is 1; a channel serves its own context
     return nullptr;
   }
-  ContextState* s = state_of(context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  Cq* cq = s->engine->create_cq(cqe);
+  Runtime* rt = runtime_of(context);
+  Cq* cq;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    cq = rt->engine->create_cq(cqe);
+  }
   if (cq == nullptr) return nullptr;
   ibv_cq& c = cq->ibv;
   c.context = context;
@@ -240,28 +426,16 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   c.cqe = cqe;
   pthread_mutex_init(&c.mutex, nullptr);
   pthread_cond_init(&c.cond, nullptr);
-  if (channel != nullptr) ++reinterpret_cast<UChannel*>(channel)->cqs;
+  {
+    ContextState* s = state_of(context);
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    s->cqs.insert(cq);
+    if (channel != nullptr) ++reinterpret_cast<UChannel*>(channel)->cqs;
+  }
   return &c;
 }
 
-int ibv_destroy_cq(ibv_cq* cq) {
-  ContextState* s = state_of(cq->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  ibv_comp_channel* ch = cq->channel;
-  Cq* c = to_cq(cq);
-  for (size_t i = 0; i < s->armed.size(); ++i) {
-    if (s->armed[i] == c) {
-      s->armed[i] = s->armed.back();
-      s->armed.pop_back();
-      break;
-    }
-  }
-  pthread_mutex_destroy(&cq->mutex);
-  pthread_cond_destroy(&cq->cond);
-  if (int e = s->engine->destroy_cq(c); e != 0) return e;
-  if (ch != nullptr) --reinterpret_cast<UChannel*>(ch)->cqs;
-  return 0;
-}
+int ibv_destroy_cq(ibv_cq* cq) { return destroy_cq(cq, true); }
 
 int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
 
@@ -287,9 +461,12 @@ void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 // ---- SRQ -----------------------------------------------------------------------------------------
 
 ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
-  ContextState* s = state_of(pd->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  Srq* srq = s->engine->create_srq(pd_of(pd), attr);
+  Runtime* rt = runtime_of(pd->context);
+  Srq* srq;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    srq = rt->engine->create_srq(pd_of(pd), attr);
+  }
   if (srq == nullptr) return nullptr;
   srq->ibv.context = pd->context;
   srq->ibv.srq_context = attr->srq_context;
@@ -297,43 +474,43 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   srq->ibv.handle = srq->handle;
   pthread_mutex_init(&srq->ibv.mutex, nullptr);
   pthread_cond_init(&srq->ibv.cond, nullptr);
+  own(pd->context, &ContextState::srqs, srq);
   return &srq->ibv;
 }
 
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
-  ContextState* s = state_of(srq->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->engine->modify_srq(to_srq(srq), attr, mask);
+  Runtime* rt = runtime_of(srq->context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->modify_srq(to_srq(srq), attr, mask);
 }
 
 int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
-  ContextState* s = state_of(srq->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->engine->query_srq(to_srq(srq), attr);
+  Runtime* rt = runtime_of(srq->context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->query_srq(to_srq(srq), attr);
 }
 
-int ibv_destroy_srq(ibv_srq* srq) {
-  ContextState* s = state_of(srq->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->engine->destroy_srq(to_srq(srq));
-}
+int ibv_destroy_srq(ibv_srq* srq) { return destroy_srq(srq, true); }
 
 // ---- AH ------------------------------------------------------------------------------------------
 
 ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
-  ContextState* s = state_of(pd->context);
-  if (int e = resolve_dest(s, *attr); e != 0) {
+  Runtime* rt = runtime_of(pd->context);
+  if (int e = resolve_dest(rt, *attr); e != 0) {
     errno = e;
     return nullptr;
   }
-  std::lock_guard<std::mutex> lock(s->mu);
-  Ah* ah = s->engine->create_ah(pd_of(pd), attr);
+  Ah* ah;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    ah = rt->engine->create_ah(pd_of(pd), attr);
+  }
   if (ah == nullptr) return nullptr;
   ah->ibv.context = pd->context;
   ah->ibv.pd = pd;
+  own(pd->context, &ContextState::ahs, ah);
   return &ah->ibv;
 }
-
 int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                         ibv_ah_attr* ah_attr) {
   // RoCE always carries a GRH: build the reply's address from it (for RoCEv2 over IPv4 the
@@ -360,11 +537,11 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   ah_attr->grh.traffic_class = tclass;
   ah_attr->grh.hop_limit = 64;
   // The source GID index: the entry of ours the peer addressed.
-  ContextState* s = to_context(context)->state;
-  std::lock_guard<std::mutex> lock(s->mu);
-  for (int i = 0; i < s->engine->gid_count(); ++i) {
+  Runtime* rt = runtime_of(context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  for (int i = 0; i < rt->engine->gid_count(); ++i) {
     ibv_gid g;
-    if (s->engine->query_gid(port_num, i, &g) == 0 && std::memcmp(g.raw, self.data(), 16) == 0) {
+    if (rt->engine->query_gid(port_num, i, &g) == 0 && std::memcmp(g.raw, self.data(), 16) == 0) {
       ah_attr->grh.sgid_index = static_cast<uint8_t>(i);
       return 0;
     }
@@ -381,21 +558,28 @@ ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port
   return ibv_create_ah(pd, &attr);
 }
 
-int ibv_destroy_ah(ibv_ah* ah) {
-  ContextState* s = state_of(ah->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  return s->engine->destroy_ah(to_ah(ah));
-}
+int ibv_destroy_ah(ibv_ah* ah) { return destroy_ah(ah); }
 
 // ---- QP ------------------------------------------------------------------------------------------
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
-  ContextState* s = state_of(pd->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  Qp* qp = s->engine->create_qp(pd_of(pd), attr);
+  ibv_context* ctx = pd->context;
+  // Every object a QP uses belongs to the QP's own context (as with the kernel's verbs).
+  if (attr == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr ||
+      attr->send_cq->context != ctx || attr->recv_cq->context != ctx ||
+      (attr->srq != nullptr && attr->srq->context != ctx)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(ctx);
+  Qp* qp;
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    qp = rt->engine->create_qp(pd_of(pd), attr);
+  }
   if (qp == nullptr) return nullptr;
   ibv_qp& q = qp->ibv;
-  q.context = pd->context;
+  q.context = ctx;
   q.qp_context = attr->qp_context;
   q.pd = pd;
   q.send_cq = attr->send_cq;
@@ -408,24 +592,23 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   attr->cap = qp->cap;  // what was granted
+  own(ctx, &ContextState::qps, qp);
   return &q;
 }
 
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
-  ContextState* s = state_of(qp->context);
+  Runtime* rt = runtime_of(qp->context);
   if (mask & IBV_QP_AV) {
-    if (int e = resolve_dest(s, attr->ah_attr); e != 0) return e;
+    if (int e = resolve_dest(rt, attr->ah_attr); e != 0) return e;
   }
-  std::lock_guard<std::mutex> lock(s->mu);
-  const int rc = s->engine->modify_qp(to_qp(qp), attr, mask);
-  qp->state = to_qp(qp)->state;
-  return rc;
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->modify_qp(to_qp(qp), attr, mask);
 }
 
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
-  ContextState* s = state_of(qp->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  const int rc = s->engine->query_qp(to_qp(qp), attr, mask, init);
+  Runtime* rt = runtime_of(qp->context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  const int rc = rt->engine->query_qp(to_qp(qp), attr, mask, init);
   if (rc == 0 && init != nullptr) {
     init->qp_context = qp->qp_context;
     init->send_cq = qp->send_cq;
@@ -435,15 +618,6 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init
   return rc;
 }
 
-int ibv_destroy_qp(ibv_qp* qp) {
-  ContextState* s = state_of(qp->context);
-  std::lock_guard<std::mutex> lock(s->mu);
-  void* ext = to_qp(qp)->ext;
-  pthread_mutex_destroy(&qp->mutex);
-  pthread_cond_destroy(&qp->cond);
-  const int rc = s->engine->destroy_qp(to_qp(qp));
-  if (rc == 0) free_qp_ext(ext);
-  return rc;
-}
+int ibv_destroy_qp(ibv_qp* qp) { return destroy_qp(qp, true); }
 
 }  // extern "C"

@@ -3,6 +3,12 @@
 // The application sees rdma-core's structs (ibv_device, ibv_context, ...); each is the first
 // member (or, for ibv_context, the last member of a verbs_context that is itself first) of
 // ours, so a handle converts back with a cast. The C++ state lives behind a pointer.
+//
+// Process model (docs/threading.md): DPDK's EAL starts once per process, at the first
+// ibv_open_device, and stays up until exit. Each device (one interface) has one Runtime in
+// the process — its port, its engine, its progress thread — shared by every context opened
+// on it and released when the last one closes. A context owns the objects made through it
+// and ibv_close_device destroys whatever the application left.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -12,6 +18,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
+#include <vector>
 
 #include "config/config.h"
 #include "engine/engine.h"
@@ -19,12 +27,15 @@
 
 namespace uroce::verbs {
 
+struct Runtime;
+
 struct Device {
   ibv_device ibv;
   uint8_t reserved[64];  // provider libraries (libmlx5, libefa) peek just past ibv_device
   config::DeviceConfig cfg;
   uint64_t guid = 0;  // host order
   int index = 0;
+  Runtime* runtime = nullptr;  // while at least one context is open (under the registry lock)
 };
 
 struct ContextState;
@@ -39,24 +50,62 @@ inline Context* to_context(ibv_context* c) {
 }
 inline Device* to_device(ibv_device* d) { return reinterpret_cast<Device*>(d); }
 
-/// Per open device: the port, the engine, the lock that serializes every engine call, and
-/// the progress thread that polls the engine while the application is busy elsewhere.
-struct ContextState {
+/// One device in this process: the port, the engine and the thread that keeps it moving.
+///
+/// Locks, outermost first: `emu` (the engine: control verbs and engine passes), then the
+/// per-queue locks inside the engine (Qp::sq_mu / rq_mu, Srq::mu, Cq::mu) and `notify_mu`
+/// (armed CQs) / `ctx_mu` (open contexts). Data-path calls never wait for `emu`: they try it,
+/// and whoever wins runs the engine for everyone (drive()).
+struct Runtime {
+  Device* dev = nullptr;
+  int refs = 0;  // open contexts (under the registry lock)
   std::unique_ptr<Port> port;
   std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
   std::unique_ptr<Port> fault;  // FaultInjector on top when the config asks for it
   std::unique_ptr<Engine> engine;
-  std::mutex mu;
+  std::mutex emu;
+  std::atomic<bool> pending{false};  // new work was posted: the next engine pass must run
   std::thread progress;
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> last_app_poll{0};  // when an application thread last polled a CQ
-  int async_pipe[2] = {-1, -1};
-  int quiet_fd = -1;  // UDP 4791 socket that keeps the kernel from answering our traffic
-  StatsShm* stats = nullptr;  // published counters (uroce stats), or null
+  std::atomic<uint64_t> last_app_poll{0};  // when an application thread last drove the engine
+  int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
+  int qpn_lock_fd = -1;        // flock held on this process's QPN block of the interface
+  StatsShm* stats = nullptr;   // published counters (uroce stats), or null
   std::string stats_name;
-  int qpn_lock_fd = -1;  // flock held on this process's QPN block of the interface
-  uint64_t stats_next = 0;
-  std::vector<Cq*> armed;  // CQs armed with ibv_req_notify_cq (under mu)
+  uint64_t stats_next = 0;     // under emu
+  std::mutex notify_mu;
+  std::vector<Cq*> armed;      // CQs armed with ibv_req_notify_cq (under notify_mu)
+  std::mutex ctx_mu;
+  std::vector<ContextState*> contexts;  // open contexts (port events go to each)
+
+  /// Runs one engine pass unless another thread is running one: returns false then. With
+  /// `posted`, new work is waiting: if the engine is busy, its holder runs another pass
+  /// before letting go, so the work is never left behind.
+  bool drive(bool posted);
+  /// One pass with `emu` held: engine poll, completion-channel and async events, counters.
+  size_t pass_locked();
+  /// Async events the engine raised, to their contexts' pipes (emu held).
+  void deliver_async_locked();
+};
+
+/// An object the application made through a context: what ibv_close_device must destroy if
+/// the application did not.
+struct UPd;
+struct UMr;
+struct UChannel;
+
+/// Per open context: its async event pipe and the objects made through it.
+struct ContextState {
+  Runtime* rt = nullptr;
+  int async_pipe[2] = {-1, -1};
+  std::mutex obj_mu;  // the sets below
+  std::unordered_set<UPd*> pds;
+  std::unordered_set<UMr*> mrs;
+  std::unordered_set<UChannel*> channels;
+  std::unordered_set<Cq*> cqs;
+  std::unordered_set<Srq*> srqs;
+  std::unordered_set<Ah*> ahs;
+  std::unordered_set<Qp*> qps;
 };
 
 /// Monotonic time in ns: the engine's clock in production.
@@ -65,13 +114,25 @@ uint64_t now_ns();
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();
 
+/// The runtime of an open device (runtime.cc): made by the first open, shared by the next
+/// ones; released when its last context closes. Null with errno and one line on stderr.
+Runtime* acquire_runtime(Device* d);
+void release_runtime(Runtime* rt);
+
 /// Fills the context's op table and extended ops (abi.cc, objects.cc).
 void install_ops(Context* ctx);
 void install_data_ops(ibv_context_ops* ops);
 /// create_cq_ex / create_qp_ex (ext.cc), and the ibv_wr_* builder a QP may own.
 void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);
-/// Called by the progress thread after each engine poll, with the lock held.
-void progress_hook(ContextState* s);
+/// Completion-channel events for armed CQs that got a completion (objects.cc; emu held).
+void deliver_cq_events(Runtime* rt);
+/// Destroys every object the application left in the context (objects.cc; at close).
+void destroy_context_objects(ContextState* s);
+/// Writes an async event to a context's pipe (never blocks; dropped if the reader is gone).
+bool post_async(ContextState* s, const ibv_async_event& ev);
+
+inline ContextState* state_of(ibv_context* c) { return to_context(c)->state; }
+inline Runtime* runtime_of(ibv_context* c) { return to_context(c)->state->rt; }
 
 }  // namespace uroce::verbs

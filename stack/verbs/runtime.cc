@@ -1,0 +1,392 @@
+// The process-wide runtime: one Runtime per open device (port, engine, progress thread),
+// shared by every context on it; the engine pass any thread may run; the clean-up at exit
+// and of what killed uroce processes left behind. See docs/threading.md.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "dpdk/dpdk_port.h"
+#include "fault/fault_injector.h"
+#include "trace/pcap_trace.h"
+#include "verbs/provider.h"
+#include "wire/udp.h"
+
+namespace uroce::verbs {
+
+namespace {
+
+std::mutex g_registry_mu;        // Device::runtime, Runtime::refs, g_live
+std::vector<Runtime*>* g_live;   // open runtimes, for the exit hook (never freed)
+pid_t g_live_pid = 0;            // the process g_live belongs to (fork copies it)
+bool g_reaped = false;
+
+/// The Linux kernel sees our UDP 4791 traffic too (the interface is shared with DPDK's
+/// af_packet) and would answer every packet with ICMP port unreachable. A socket bound to
+/// port 4791 whose filter drops everything makes it keep quiet: the kernel finds a socket,
+/// the filter discards the copy, no ICMP. Returns -1 if that is not possible (then the
+/// ICMP noise is harmless: the peer ignores it).
+int silence_kernel(const config::DeviceConfig& dc) {
+  sock_filter drop_all = {BPF_RET | BPF_K, 0, 0, 0};
+  sock_fprog prog = {1, &drop_all};
+  const bool v4 = dc.ipv4.has_value();
+  const int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  int rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
+  if (rc == 0 && v4) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a.sin_addr, dc.ipv4->data(), 4);
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else if (rc == 0) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a.sin6_addr, dc.ipv6->data(), 16);
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Several processes may open the same device (interface); each runs its own engine, so their
+/// QPNs must not overlap. Each claims a block of QPNs by holding an flock on a file named
+/// after the interface and the block number: the first free block wins, and the kernel
+/// releases the lock when the process exits however it ends. Block 0 starts at 0x11 as in
+/// rdma_rxe. Returns the first QPN (0x11 if no lock file can be made) and the lock's fd.
+uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* lock_fd) {
+  constexpr uint32_t kBlock = 0x10000;  // QPNs per process (max_qp is 4096)
+  std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
+  for (char& c : key)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  *lock_fd = -1;
+  for (uint32_t n = 0; n < 64; ++n) {
+    const std::string path = "/dev/shm/uroce-qpn-" + key + "-" + std::to_string(n) + ".lock";
+    // flock needs only a read-only descriptor, so a file another user made works too.
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) continue;  // unusable (e.g. created meanwhile and not readable): next block
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      *lock_fd = fd;
+      return 0x11 + n * kBlock;
+    }
+    close(fd);
+  }
+  std::fprintf(stderr, "uroce: %s: no free QPN block in /dev/shm (64 processes on it?): using "
+               "QPNs from 0x11, which may collide with another process\n", key.c_str());
+  return 0x11;
+}
+
+StatsShm* open_stats(const std::string& name, const std::string& device) {
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, sizeof(StatsShm)) == 0)
+    p = mmap(nullptr, sizeof(StatsShm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    return nullptr;
+  }
+  auto* st = static_cast<StatsShm*>(p);
+  std::memset(st, 0, sizeof *st);
+  st->n_counters = static_cast<uint32_t>(Counter::kCount);
+  st->n_parse_errors = static_cast<uint32_t>(wire::ParseError::kCount);
+  std::snprintf(st->device, sizeof st->device, "%s", device.c_str());
+  st->magic = StatsShm::kMagic;
+  return st;
+}
+
+void close_stats(Runtime* rt) {
+  if (rt->stats == nullptr) return;
+  munmap(rt->stats, sizeof(StatsShm));
+  shm_unlink(rt->stats_name.c_str());
+  rt->stats = nullptr;
+}
+
+/// Copies the engine's counters to the shared-memory file (emu held), ~10 per s.
+void publish_stats(Runtime* rt, uint64_t now) {
+  if (rt->stats == nullptr || now < rt->stats_next) return;
+  rt->stats_next = now + 100'000'000;
+  const Counters& c = rt->engine->counters();
+  for (size_t i = 0; i < static_cast<size_t>(Counter::kCount); ++i)
+    rt->stats->values[i] = c.get(static_cast<Counter>(i));
+  for (size_t i = 0; i < static_cast<size_t>(wire::ParseError::kCount); ++i)
+    rt->stats->parse_errors[i] = c.get(static_cast<wire::ParseError>(i));
+  rt->stats->updated_ns = now;
+}
+
+/// "uroce-<pid>" followed by end or '-': the pid, else 0.
+pid_t owner_pid(const char* name) {
+  if (std::strncmp(name, "uroce-", 6) != 0) return 0;
+  const char* p = name + 6;
+  if (!std::isdigit(static_cast<unsigned char>(*p))) return 0;
+  long v = 0;
+  while (std::isdigit(static_cast<unsigned char>(*p)) && v < 1'000'000'000) v = v * 10 + (*p++ - '0');
+  return (*p == '\0' || *p == '-') ? static_cast<pid_t>(v) : 0;
+}
+
+bool is_dead(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
+/// What uroce processes that were killed left behind: their counters in /dev/shm and DPDK
+/// runtime directories. Done once per process, when its first device opens.
+void reap_leftovers() {
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (is_dead(owner_pid(e->d_name))) shm_unlink((std::string("/") + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  for (const char* base : {"/var/run/dpdk", "/run/dpdk"}) {
+    DIR* d = opendir(base);
+    if (d == nullptr) continue;
+    while (dirent* e = readdir(d)) {
+      if (!is_dead(owner_pid(e->d_name))) continue;
+      const std::string dir = std::string(base) + "/" + e->d_name;
+      if (DIR* sub = opendir(dir.c_str())) {  // DPDK's own files, if an older uroce made any
+        while (dirent* f = readdir(sub))
+          if (f->d_name[0] != '.') unlink((dir + "/" + f->d_name).c_str());
+        closedir(sub);
+      }
+      rmdir(dir.c_str());
+    }
+    closedir(d);
+  }
+}
+
+void progress_loop(Runtime* rt) {
+  // Adaptive: poll flat out while there is work; when an application thread is busy-polling
+  // its CQ it drives the engine itself, so step aside (sleep) instead of competing for the
+  // CPU; when everything is idle, back off to 1 ms sleeps so an idle process costs nothing.
+  uint32_t idle = 0;
+  while (!rt->stop.load(std::memory_order_relaxed)) {
+    size_t work = 0;
+    if (rt->emu.try_lock()) {
+      work = rt->pass_locked();
+      rt->emu.unlock();
+    }
+    const bool app_polling =
+        now_ns() - rt->last_app_poll.load(std::memory_order_relaxed) < 1'000'000;
+    if (work != 0 && !app_polling) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (app_polling) {
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    } else if (idle < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(idle > 20000 ? 1000 : 20));
+    }
+  }
+}
+
+/// Stops the runtime's thread and releases everything it holds (registry lock held or the
+/// runtime unreachable).
+void teardown(Runtime* rt) {
+  rt->stop = true;
+  if (rt->progress.joinable()) rt->progress.join();
+  if (rt->quiet_fd >= 0) close(rt->quiet_fd);
+  if (rt->qpn_lock_fd >= 0) close(rt->qpn_lock_fd);
+  close_stats(rt);
+  rt->engine.reset();
+  rt->fault.reset();
+  rt->trace.reset();
+  rt->port.reset();
+  delete rt;
+}
+
+/// Opens the device's port and engine. Null with errno and one line on stderr.
+Runtime* open_runtime(Device* d) {
+  config::DeviceConfig dc = d->cfg;
+  std::string err;
+  if (!config::fill_addresses(&dc, &err)) {
+    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto rt = std::make_unique<Runtime>();
+  rt->dev = d;
+  drivers::DpdkConfig pc;
+  pc.iface = dc.iface;
+  pc.devargs = dc.devargs;
+  pc.shared = !dc.exclusive;
+  rt->port = drivers::DpdkPort::open(pc, &err);
+  if (!rt->port) {
+    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
+    errno = ENODEV;
+    return nullptr;
+  }
+  Port* port = rt->port.get();
+  if (!dc.pcap.empty()) {
+    auto trace = std::make_unique<drivers::PcapTrace>(*port, dc.pcap);
+    if (!trace->ok()) {
+      std::fprintf(stderr, "uroce: %s: pcap %s: %s\n", dc.name.c_str(), dc.pcap.c_str(),
+                   trace->error().c_str());
+      errno = EINVAL;
+      return nullptr;
+    }
+    port = trace.get();
+    rt->trace = std::move(trace);
+  }
+  if (dc.fault.enabled) {  // above the trace, so the pcap shows what really crossed the wire
+    drivers::FaultConfig fc;
+    fc.seed = dc.fault.seed;
+    fc.loss = dc.fault.loss;
+    fc.duplicate = dc.fault.duplicate;
+    fc.corrupt = dc.fault.corrupt;
+    fc.reorder = dc.fault.reorder;
+    fc.reorder_window = dc.fault.reorder_window;
+    fc.delay_ns = dc.fault.delay_ns;
+    fc.jitter_ns = dc.fault.jitter_ns;
+    fc.tx_side = dc.fault.tx_side;
+    fc.rx_side = dc.fault.rx_side;
+    rt->fault = std::make_unique<drivers::FaultInjector>(*port, fc);
+    port = rt->fault.get();
+  }
+  EngineConfig ec;
+  ec.ipv4 = dc.ipv4;
+  ec.ipv6 = dc.ipv6;
+  ec.vlan_id = dc.vlan;
+  ec.active_mtu = static_cast<ibv_mtu>(std::countr_zero(dc.mtu) - 7);
+  ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
+  ec.node_guid = d->guid;
+  ec.first_qpn = claim_qpn_block(dc, &rt->qpn_lock_fd);
+  rt->engine = std::make_unique<Engine>(*port, ec);
+  rt->quiet_fd = silence_kernel(dc);
+  rt->stats_name = stats_shm_name(getpid(), dc.name);
+  rt->stats = open_stats(rt->stats_name, dc.name);
+  Runtime* r = rt.release();
+  r->progress = std::thread(progress_loop, r);
+  return r;
+}
+
+/// At exit (also with devices still open): stop the progress threads before anything they
+/// use is destroyed, and remove this process's counters files.
+__attribute__((destructor)) void at_exit() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (g_live == nullptr || g_live_pid != getpid()) return;  // a forked child owns nothing
+  for (Runtime* rt : *g_live) {
+    rt->stop = true;
+    if (rt->progress.joinable()) rt->progress.join();
+    close_stats(rt);
+  }
+}
+
+}  // namespace
+
+Runtime* acquire_runtime(Device* d) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (g_live == nullptr || g_live_pid != getpid()) {
+    // First device of this process (or of a forked child, whose copied list is not its own).
+    g_live = new std::vector<Runtime*>();
+    g_live_pid = getpid();
+    if (d->runtime != nullptr) d->runtime = nullptr;
+    for (Device* other : devices()) other->runtime = nullptr;
+  }
+  if (d->runtime != nullptr) {
+    ++d->runtime->refs;
+    return d->runtime;
+  }
+  if (!g_reaped) {
+    g_reaped = true;
+    reap_leftovers();
+  }
+  Runtime* rt = open_runtime(d);
+  if (rt == nullptr) return nullptr;
+  rt->refs = 1;
+  d->runtime = rt;
+  g_live->push_back(rt);
+  return rt;
+}
+
+void release_runtime(Runtime* rt) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (--rt->refs > 0) return;
+  rt->dev->runtime = nullptr;
+  std::erase(*g_live, rt);
+  teardown(rt);
+}
+
+bool Runtime::drive(bool posted) {
+  if (posted) pending.store(true, std::memory_order_release);
+  bool ran = false;
+  do {
+    // Whoever holds the engine sees `pending` after it lets go (the loop below), so work
+    // posted while it ran is never stranded.
+    if (!emu.try_lock()) return ran;
+    pending.store(false, std::memory_order_relaxed);
+    pass_locked();
+    emu.unlock();
+    ran = true;
+  } while (pending.load(std::memory_order_acquire));
+  return ran;
+}
+
+size_t Runtime::pass_locked() {
+  const uint64_t now = now_ns();
+  const size_t work = engine->poll(now);
+  deliver_cq_events(this);
+  deliver_async_locked();
+  publish_stats(this, now);
+  return work;
+}
+
+void Runtime::deliver_async_locked() {
+  AsyncEvent ev;
+  while (engine->pop_async_event(&ev)) {
+    ibv_async_event out{};
+    out.event_type = ev.type;
+    ibv_context* owner = nullptr;
+    uint32_t* reported = nullptr;  // what destroying the object must wait to see acknowledged
+    if (ev.qp != nullptr) {
+      out.element.qp = &ev.qp->ibv;
+      owner = ev.qp->ibv.context;
+      reported = &ev.qp->async_events_reported;
+    } else if (ev.cq != nullptr) {
+      out.element.cq = &ev.cq->ibv;
+      owner = ev.cq->ibv.context;
+      reported = &ev.cq->async_events_reported;
+    } else if (ev.srq != nullptr) {
+      out.element.srq = &ev.srq->ibv;
+      owner = ev.srq->ibv.context;
+      reported = &ev.srq->async_events_reported;
+    }
+    if (owner != nullptr) {
+      if (post_async(state_of(owner), out)) ++*reported;
+    } else {  // a port event: every context on the device hears it
+      out.element.port_num = 1;
+      std::lock_guard<std::mutex> lock(ctx_mu);
+      for (ContextState* s : contexts) post_async(s, out);
+    }
+  }
+}
+
+bool post_async(ContextState* s, const ibv_async_event& ev) {
+  // The write end is non-blocking: a program that never reads its events loses the newest
+  // ones instead of stopping the engine.
+  return write(s->async_pipe[1], &ev, sizeof ev) == static_cast<ssize_t>(sizeof ev);
+}
+
+}  // namespace uroce::verbs
