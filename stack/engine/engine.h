@@ -109,8 +109,12 @@ class Engine {
   mem::Mr* reg_mr(mem::Pd* pd, void* addr, size_t length, int access);
   /// The peer addresses the region as [iova, iova + length) (ibv_reg_mr_iova2).
   mem::Mr* reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
+  /// ibv_rereg_mr: the MR keeps its key; 0 or the errno.
+  int rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
   int dereg_mr(mem::Mr* mr);
   Cq* create_cq(int cqe);
+  /// ibv_resize_cq: EINVAL if the CQ holds more completions than `cqe`.
+  int resize_cq(Cq* cq, int cqe);
   int destroy_cq(Cq* cq);
   Srq* create_srq(mem::Pd* pd, ibv_srq_init_attr* attr);
   int modify_srq(Srq* srq, ibv_srq_attr* attr, int mask);
@@ -199,6 +203,7 @@ class Engine {
 
   // verbs.cc
   void set_state(Qp* qp, ibv_qp_state st);  // the engine's state and the posters' copy
+  void clean_cq(Cq* cq, uint32_t qpn);       // drops the QP's completions from the CQ
   int check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const;
   void enter_error(Qp* qp);
   void flush_qp(Qp* qp);

@@ -149,18 +149,32 @@ mem::Mr* Engine::reg_mr(mem::Pd* pd, void* addr, size_t length, int access) {
   return reg_mr_iova(pd, addr, length, reinterpret_cast<uint64_t>(addr), access);
 }
 
-mem::Mr* Engine::reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova,
-                             int access) {
+namespace {
+/// 0, or the errno for access flags this engine cannot register.
+int access_errno(int access) {
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                              IBV_ACCESS_RELAXED_ORDERING;
-  if (access & ~kSupported) {
-    errno = (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))
-                ? EOPNOTSUPP
-                : EINVAL;
+  if (!(access & ~kSupported)) return 0;
+  return (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))
+             ? EOPNOTSUPP
+             : EINVAL;
+}
+}  // namespace
+
+mem::Mr* Engine::reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova,
+                             int access) {
+  if (int e = access_errno(access); e != 0) {
+    errno = e;
     return nullptr;
   }
   return mrs_.reg(pd, addr, length, iova, access);
+}
+
+int Engine::rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova,
+                     int access) {
+  if (int e = access_errno(access); e != 0) return e;
+  return mrs_.modify(mr, pd, addr, length, iova, access);
 }
 
 int Engine::dereg_mr(mem::Mr* mr) { return mrs_.dereg(mr); }
@@ -182,6 +196,17 @@ Cq* Engine::create_cq(int cqe) {
   cq->ibv.cqe = cqe;  // the CQ's actual size, as ibv_create_cq(3) reports it
   cqs_.push_back(std::move(cq));
   return cqs_.back().get();
+}
+
+int Engine::resize_cq(Cq* cq, int cqe) {
+  if (cq == nullptr || cqe < 1 || static_cast<uint32_t>(cqe) > cfg_.max_cqe) return EINVAL;
+  std::lock_guard<std::mutex> consumers(cq->mu);  // with the engine's: both sides of the ring
+  if (static_cast<size_t>(cqe) < cq->ring.size()) return EINVAL;  // would lose completions
+  Ring<ibv_wc> resized(static_cast<size_t>(cqe));
+  for (size_t i = 0; i < cq->ring.size(); ++i) resized.push(cq->ring.at(i));
+  cq->ring = std::move(resized);
+  cq->ibv.cqe = cqe;
+  return 0;
 }
 
 int Engine::destroy_cq(Cq* cq) {
@@ -370,6 +395,9 @@ int Engine::destroy_qp(Qp* qp) {
     std::lock_guard<std::mutex> lock(doorbell_mu_);
     std::erase(doorbells_, qp);
   }
+  // Its completions go with it: a later QP with the same number must not inherit them.
+  clean_cq(qp->send_cq, qp->qpn);
+  if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
   --qp->pd->users;
   --qp->send_cq->users;
   --qp->recv_cq->users;
@@ -529,6 +557,16 @@ int Engine::query_qp(const Qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr* init) 
   return 0;
 }
 
+void Engine::clean_cq(Cq* cq, uint32_t qpn) {
+  std::lock_guard<std::mutex> consumers(cq->mu);  // with the engine's: both sides of the ring
+  const size_t n = cq->ring.size();
+  for (size_t i = 0; i < n; ++i) {  // rotate through once, keeping other QPs' completions
+    const ibv_wc wc = cq->ring.front();
+    cq->ring.pop();
+    if (wc.qp_num != qpn) cq->ring.push(wc);
+  }
+}
+
 void Engine::set_state(Qp* qp, ibv_qp_state st) {
   qp->state = st;
   qp->ibv.state = st;
@@ -546,6 +584,10 @@ void Engine::reset_qp(Qp* qp) {
     qp->sq.clear();
     qp->rq.clear();
   }
+  // A reset QP starts afresh: completions it left in its CQs (flushed WRs of the error it
+  // was reset from) go too, as RNICs clean their CQs on this transition (mlx5's cq_clean).
+  clean_cq(qp->send_cq, qp->qpn);
+  if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
   qp->sq_cursor = qp->sq_assigned_end = 0;
   qp->rd_atomic_outstanding = 0;
   qp->pkts_since_ackreq = 0;

@@ -10,12 +10,30 @@ MrTable::MrTable(uint32_t max_mrs, uint64_t seed)
   for (uint32_t i = max_mrs; i >= 1; --i) free_.push_back(i);
 }
 
-Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
+namespace {
+bool valid_region(const Pd* pd, const void* addr, uint64_t length, int access) {
   // IBA: remote write or remote atomic access requires local write access.
   const bool needs_local_write =
       (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
-  if (pd == nullptr || (addr == nullptr && length != 0) ||
-      (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+  return pd != nullptr && (addr != nullptr || length == 0) &&
+         (!needs_local_write || (access & IBV_ACCESS_LOCAL_WRITE));
+}
+}  // namespace
+
+int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
+  if (mr == nullptr || mr->key == 0 || !valid_region(pd, addr, length, access)) return EINVAL;
+  --mr->pd->users;
+  ++pd->users;
+  mr->pd = pd;
+  mr->host = static_cast<uint8_t*>(addr);
+  mr->iova = iova;
+  mr->length = length;
+  mr->access = access;
+  return 0;
+}
+
+Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
+  if (!valid_region(pd, addr, length, access)) {
     errno = EINVAL;
     return nullptr;
   }

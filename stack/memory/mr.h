@@ -49,6 +49,9 @@ class MrTable {
   /// Registers [addr, addr+length) at `iova`. Returns nullptr and sets errno like
   /// ibv_reg_mr: EINVAL (bad access combination / null), ENOMEM (table full).
   Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access);
+  /// Changes a registered MR in place (ibv_rereg_mr): same checks as reg, same key.
+  /// Returns 0 or EINVAL.
+  int modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access);
   /// Invalidates the key at once. Returns 0 or EINVAL.
   int dereg(Mr* mr);
   /// Invalidates the MR named by `key` (SEND with invalidate). 0, or EINVAL if no such MR.

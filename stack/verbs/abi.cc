@@ -52,6 +52,7 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
     rt->engine->query_device(&a.orig_attr);
   }
   a.max_dm_size = 0;
+  a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   std::memcpy(attr, &a, std::min(len, sizeof a));
   return 0;
 }
@@ -256,7 +257,6 @@ void ibv_ack_async_event(ibv_async_event* event) {
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   return not_supported<ibv_mr>();
 }
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 // ---- Not supported: multicast, importing objects, ECE, dmabuf, kernel ABI copies -----------
 

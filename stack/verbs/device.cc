@@ -119,7 +119,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   state->rt = rt;
   ibv_context& c = ctx->vctx.context;
   c.device = device;
-  c.cmd_fd = -1;
+  // There is no kernel command channel; programs still dup() or poll the fd (pyverbs's
+  // shared-PD test does, then ibv_import_device answers EOPNOTSUPP), so it is a real one.
+  c.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   c.async_fd = state->async_pipe[0];
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -148,6 +150,7 @@ int ibv_close_device(ibv_context* context) {
   release_runtime(rt);
   close(s->async_pipe[0]);
   close(s->async_pipe[1]);
+  if (context->cmd_fd >= 0) close(context->cmd_fd);
   delete s;
   pthread_mutex_destroy(&context->mutex);
   free(ctx);

@@ -388,6 +388,40 @@ ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, 
 
 int ibv_dereg_mr(ibv_mr* mr) { return dereg_mr(mr); }
 
+// ibv_rereg_mr(3): the region gets a new translation, PD and/or access rights and keeps its
+// keys (peers that were given the R_Key go on using it, with the new rights).
+int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || flags == 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == nullptr || length == 0)) ||
+      (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
+      ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || pd->context != mr->context))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  mem::Mr* m = reinterpret_cast<UMr*>(mr)->mr;
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  const bool translate = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  void* new_addr = translate ? addr : mr->addr;
+  const size_t new_len = translate ? length : mr->length;
+  const unsigned optional = IBV_ACCESS_OPTIONAL_RANGE;
+  Runtime* rt = runtime_of(mr->context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+                             ? static_cast<int>(static_cast<unsigned>(access) & ~optional)
+                             : m->access;
+  // A new translation is addressed by its virtual address, as ibv_reg_mr's.
+  const uint64_t iova = translate ? reinterpret_cast<uint64_t>(new_addr) : m->iova;
+  if (int e = rt->engine->rereg_mr(m, pd_of(new_pd), new_addr, new_len, iova, new_access);
+      e != 0) {
+    errno = e;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  mr->pd = new_pd;
+  mr->addr = new_addr;
+  mr->length = new_len;
+  return 0;
+}
+
 // ---- Completion channels and CQs -------------------------------------------------------------
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
@@ -437,7 +471,11 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
 
 int ibv_destroy_cq(ibv_cq* cq) { return destroy_cq(cq, true); }
 
-int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  Runtime* rt = runtime_of(cq->context);
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->resize_cq(to_cq(cq), cqe);
+}
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
   ibv_cq* handle = nullptr;
