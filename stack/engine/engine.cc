@@ -110,7 +110,7 @@ int Engine::query_port(uint8_t port_num, ibv_port_attr* a) const {
   a->state = IBV_PORT_ACTIVE;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = cfg_.active_mtu;
-  a->gid_tbl_len = static_cast<int>(gids_.size());
+  a->gid_tbl_len = kGidTableLen;
   a->port_cap_flags = IBV_PORT_CM_SUP;
   a->max_msg_sz = 1u << 31;
   a->pkey_tbl_len = 1;
@@ -123,7 +123,11 @@ int Engine::query_port(uint8_t port_num, ibv_port_attr* a) const {
 }
 
 int Engine::query_gid(uint8_t port_num, int index, ibv_gid* gid) const {
-  if (port_num != 1 || index < 0 || index >= static_cast<int>(gids_.size())) return EINVAL;
+  if (port_num != 1 || index < 0 || index >= kGidTableLen) return EINVAL;
+  if (index >= static_cast<int>(gids_.size())) {
+    std::memset(gid->raw, 0, 16);  // an empty entry of the table
+    return ENODATA;
+  }
   std::memcpy(gid->raw, gids_[static_cast<size_t>(index)].data(), 16);
   return 0;
 }

@@ -87,7 +87,9 @@ class Engine {
   void query_device(ibv_device_attr* attr) const;
   int query_port(uint8_t port_num, ibv_port_attr* attr) const;
   /// GID table: [0] fe80:: link-local from the MAC, [1] IPv4-mapped (if an IPv4 address is
-  /// configured), then the global IPv6 address. All are RoCEv2 GIDs.
+  /// configured), then the global IPv6 address. All are RoCEv2 GIDs. The table has
+  /// kGidTableLen entries, as a port reports it: the rest are empty (ENODATA, a zero GID).
+  static constexpr int kGidTableLen = 16;
   int query_gid(uint8_t port_num, int index, ibv_gid* gid) const;
   int gid_count() const { return static_cast<int>(gids_.size()); }
   int query_pkey(uint8_t port_num, int index, uint16_t* pkey) const;

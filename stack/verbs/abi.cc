@@ -29,7 +29,12 @@ T* not_supported() {
   return nullptr;
 }
 
-// Memory windows are not supported; the inlines call these ops unconditionally.
+// Memory windows are not supported yet; the inlines call these ops unconditionally. A type
+// that does not exist is still an invalid argument.
+ibv_mw* op_alloc_mw(ibv_pd*, ibv_mw_type type) {
+  errno = (type == IBV_MW_TYPE_1 || type == IBV_MW_TYPE_2) ? EOPNOTSUPP : EINVAL;
+  return nullptr;
+}
 int op_bind_mw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
 int op_dealloc_mw(ibv_mw*) { return EOPNOTSUPP; }
 
@@ -63,10 +68,12 @@ namespace uroce::verbs {
 void install_ops(Context* ctx) {
   ibv_context_ops& o = ctx->vctx.context.ops;
   install_data_ops(&o);
+  o.alloc_mw = op_alloc_mw;
   o.bind_mw = op_bind_mw;
   o.dealloc_mw = op_dealloc_mw;
   ctx->vctx.query_port = op_query_port;
   ctx->vctx.query_device_ex = op_query_device_ex;
+  ctx->vctx.alloc_parent_domain = alloc_parent_domain;
   install_ext_ops(ctx);
 }
 }  // namespace uroce::verbs

@@ -1,6 +1,7 @@
 // Devices and contexts: the device list from the configuration, opening and closing a
 // context on a device's shared runtime (runtime.cc), and the device-level queries.
 #include <fcntl.h>
+#include <net/if.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -178,7 +179,9 @@ int (ibv_query_port)(ibv_context* context, uint8_t port_num, _compat_ibv_port_at
 int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
   Runtime* rt = runtime_of(context);
   std::lock_guard<std::mutex> lock(rt->emu);
-  return rt->engine->query_gid(port_num, index, gid) == 0 ? 0 : -1;
+  // An empty entry reads as a zero GID, as rdma-core's ibv_query_gid does.
+  const int e = rt->engine->query_gid(port_num, index, gid);
+  return e == 0 || e == ENODATA ? 0 : -1;
 }
 
 int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
@@ -212,16 +215,23 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
 int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
   if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  if (port_num > 255 || gid_index > INT32_MAX) return EINVAL;
   ibv_gid g;
-  if (port_num > 255 || gid_index > INT32_MAX ||
-      ibv_query_gid(context, static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &g) != 0)
-    return EINVAL;
+  {
+    Runtime* rt = runtime_of(context);
+    std::lock_guard<std::mutex> lock(rt->emu);
+    // ENODATA for an empty entry of the table (rdma-core's contract), EINVAL past its end.
+    if (int e = rt->engine->query_gid(static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &g);
+        e != 0)
+      return e;
+  }
   *entry = ibv_gid_entry{};
   entry->gid = g;
   entry->gid_index = gid_index;
   entry->port_num = port_num;
   entry->gid_type = IBV_GID_TYPE_ROCE_V2;
-  entry->ndev_ifindex = 0;
+  const std::string& iface = to_device(context->device)->cfg.iface;
+  entry->ndev_ifindex = iface.empty() ? 0 : if_nametoindex(iface.c_str());
   return 0;
 }
 

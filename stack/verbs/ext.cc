@@ -67,9 +67,15 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  // Parent domains, overrun-ignoring CQs and timestamps are not supported.
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ||
-      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+  // A parent domain given must be one of this context's (its allocators are not used).
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+      (attr->parent_domain == nullptr || attr->parent_domain->context != context ||
+       !is_parent_domain(attr->parent_domain))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // Overrun-ignoring CQs and timestamps are not supported.
+  if (((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
        (attr->flags & ~uint32_t{IBV_CREATE_CQ_ATTR_SINGLE_THREADED})) ||
       (attr->wc_flags & ~kCqWcFlags)) {
     errno = EOPNOTSUPP;

@@ -21,6 +21,7 @@ namespace uroce::verbs {
 struct UPd {
   ibv_pd ibv;
   mem::Pd* pd;
+  bool parent_domain;  // a parent domain: a second handle on `pd` (which it keeps busy)
 };
 struct UMr {
   ibv_mr ibv;
@@ -249,9 +250,16 @@ int dereg_mr(ibv_mr* mr) {
 
 int dealloc_pd(ibv_pd* pd) {
   Runtime* rt = runtime_of(pd->context);
+  auto* u = reinterpret_cast<UPd*>(pd);
   {
     std::lock_guard<std::mutex> lock(rt->emu);
-    if (int e = rt->engine->dealloc_pd(pd_of(pd)); e != 0) return e;
+    if (u->parent_domain) {
+      // Objects made through the parent domain hold the PD itself, not the wrapper; as in
+      // rdma-core the application destroys them first (ibv_alloc_parent_domain(3)).
+      --u->pd->users;
+    } else if (int e = rt->engine->dealloc_pd(pd_of(pd)); e != 0) {
+      return e;
+    }
   }
   disown(pd->context, &ContextState::pds, reinterpret_cast<UPd*>(pd));
   delete reinterpret_cast<UPd*>(pd);
@@ -317,6 +325,8 @@ void destroy_context_objects(ContextState* s) {
   for (Ah* a : snapshot(s, &ContextState::ahs)) destroy_ah(&a->ibv);
   for (UMr* m : snapshot(s, &ContextState::mrs)) dereg_mr(&m->ibv);
   for (Cq* c : snapshot(s, &ContextState::cqs)) destroy_cq(&c->ibv, false);
+  for (UPd* p : snapshot(s, &ContextState::pds))  // parent domains before their PDs
+    if (p->parent_domain) dealloc_pd(&p->ibv);
   for (UPd* p : snapshot(s, &ContextState::pds)) dealloc_pd(&p->ibv);
   for (UChannel* c : snapshot(s, &ContextState::channels)) destroy_channel(&c->ibv);
 }
@@ -348,6 +358,46 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
 }
 
 int ibv_dealloc_pd(ibv_pd* pd) { return dealloc_pd(pd); }
+
+}  // extern "C"
+
+namespace uroce::verbs {
+// ibv_alloc_parent_domain(3): a PD to make objects with. uroce's queues live in its own
+// memory, so the custom allocators are accepted and never called (allowed: a provider uses
+// them only for the buffers it chooses to); thread domains are not supported.
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) {
+  constexpr uint32_t kKnown =
+      IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  if (attr == nullptr || attr->pd == nullptr || attr->pd->context != context ||
+      (attr->comp_mask & ~kKnown) || reinterpret_cast<UPd*>(attr->pd)->parent_domain) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->td != nullptr) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  auto* u = new (std::nothrow) UPd{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  u->pd = pd_of(attr->pd);
+  u->parent_domain = true;
+  {
+    std::lock_guard<std::mutex> lock(runtime_of(context)->emu);
+    ++u->pd->users;  // the PD outlives its parent domains
+  }
+  u->ibv.context = context;
+  u->ibv.handle = u->pd->handle;
+  own(context, &ContextState::pds, u);
+  return &u->ibv;
+}
+
+bool is_parent_domain(ibv_pd* pd) { return reinterpret_cast<UPd*>(pd)->parent_domain; }
+}  // namespace uroce::verbs
+
+extern "C" {
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                          unsigned int access) {

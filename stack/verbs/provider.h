@@ -125,6 +125,9 @@ void install_data_ops(ibv_context_ops* ops);
 /// create_cq_ex / create_qp_ex (ext.cc), and the ibv_wr_* builder a QP may own.
 void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);
+/// ibv_alloc_parent_domain (objects.cc), and whether a PD handle is one.
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+bool is_parent_domain(ibv_pd* pd);
 /// Completion-channel events for armed CQs that got a completion (objects.cc; emu held).
 void deliver_cq_events(Runtime* rt);
 /// Destroys every object the application left in the context (objects.cc; at close).

@@ -658,6 +658,8 @@ TEST_F(Values, AddressVector) {
   rtr_fails(EINVAL, [&](ibv_qp_attr& a) {
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(pa.gid_tbl_len);
   });
+  // An empty entry of the table is no source either.
+  rtr_fails(EINVAL, [&](ibv_qp_attr& a) { a.ah_attr.grh.sgid_index = 5; });
   // The port the AV leaves from must exist.
   rtr_fails(EINVAL, [](ibv_qp_attr& a) { a.ah_attr.port_num = 2; });
   // The neighbour becomes known: now it works.
@@ -906,7 +908,7 @@ TEST_F(Verbs, QueryPort) {
   EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_EQ(p.active_mtu, IBV_MTU_2048);
   EXPECT_GE(p.max_mtu, p.active_mtu);
-  EXPECT_EQ(p.gid_tbl_len, 3);  // link-local, IPv4-mapped, global IPv6
+  EXPECT_EQ(p.gid_tbl_len, Engine::kGidTableLen);  // 3 populated: see GidTable
   EXPECT_EQ(p.pkey_tbl_len, 1);
   EXPECT_GE(p.max_msg_sz, 1u << 31);
   EXPECT_EQ(engine->query_port(0, &p), EINVAL);
@@ -940,7 +942,11 @@ TEST_F(Verbs, GidTable) {
   // [2]: the global IPv6 address.
   ASSERT_EQ(engine->query_gid(1, 2, &g), 0);
   EXPECT_EQ(0, std::memcmp(g.raw, kIp6.data(), 16));
-  EXPECT_EQ(engine->query_gid(1, 3, &g), EINVAL);
+  // The rest of the table is empty: ENODATA and a zero GID, past its end EINVAL.
+  EXPECT_EQ(engine->query_gid(1, 3, &g), ENODATA);
+  EXPECT_EQ(0, std::memcmp(g.raw, std::array<uint8_t, 16>{}.data(), 16));
+  EXPECT_EQ(engine->query_gid(1, Engine::kGidTableLen - 1, &g), ENODATA);
+  EXPECT_EQ(engine->query_gid(1, Engine::kGidTableLen, &g), EINVAL);
   EXPECT_EQ(engine->query_gid(1, -1, &g), EINVAL);
   EXPECT_EQ(engine->query_gid(2, 0, &g), EINVAL);
   uint16_t pkey = 0;
