@@ -116,6 +116,12 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
 }  // namespace
 
 std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* error) {
+  // Whatever DPDK opens from here on (the PMD's raw packet socket, /dev/null, ...) is made
+  // close-on-exec on the way out, however this returns.
+  struct CloexecGuard {
+    std::set<int> before = open_fds();
+    ~CloexecGuard() { cloexec_new_fds(before); }
+  } guard;
   if (cfg.iface.empty() && cfg.devargs.empty()) {
     *error = "no interface: set the device's iface (a Linux interface) or its DPDK devargs";
     return nullptr;
@@ -133,9 +139,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
           : name + ",iface=" + cfg.iface + ",qpairs=1,blocksz=20480,framesz=10240,framecnt=1024" +
                 (cfg.shared ? ",qdisc_bypass=0" : ",qdisc_bypass=1");
   const std::string dev_name = devargs.substr(0, devargs.find(','));
-  const std::set<int> fds = open_fds();
   const int probed = rte_dev_probe(devargs.c_str());
-  cloexec_new_fds(fds);  // the PMD's raw packet socket
   if (probed < 0) {
     *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) +
              "): does interface '" + cfg.iface + "' exist in this network namespace?";

@@ -51,8 +51,10 @@ struct Cq {
   // ignores them): under the provider's notification lock.
   bool notify_armed = false;
   uint64_t notify_seen = 0;
-  uint32_t comp_events_reported = 0;   // events written to the channel
-  uint32_t async_events_reported = 0;  // async events naming this CQ
+  // Events about this CQ the application has read (ibv_get_cq_event / ibv_get_async_event),
+  // under ibv.mutex: ibv_destroy_cq waits until as many are acknowledged.
+  uint32_t comp_events_read = 0;
+  uint32_t async_events_read = 0;
   ibv_wc ex_wc{};  // the completion ibv_start_poll/ibv_next_poll is looking at (provider)
   std::mutex ex_mu;          // held from ibv_start_poll to ibv_end_poll (provider)
   bool ex_single = false;    // IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no ex_mu
@@ -77,7 +79,7 @@ struct Srq {
   // Posted receives: application threads produce under `mu`, the engine consumes.
   Ring<RecvWqe> ring;
   std::mutex mu;
-  uint32_t async_events_reported = 0;  // provider: async events naming this SRQ
+  uint32_t async_events_read = 0;  // provider: async events read (under ibv.mutex)
   uint32_t max_sge = 0;
   uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
   uint32_t users = 0;
@@ -184,7 +186,7 @@ struct Qp {
   std::mutex sq_mu;
   std::mutex rq_mu;
   std::atomic<bool> doorbell{false};
-  uint32_t async_events_reported = 0;  // provider: async events naming this QP
+  uint32_t async_events_read = 0;  // provider: async events read (under ibv.mutex)
   mem::Pd* pd = nullptr;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;

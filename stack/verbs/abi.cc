@@ -216,10 +216,15 @@ ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 // ---- Async events -------------------------------------------------------------------------
 
 int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  const ssize_t n = read(context->async_fd, event, sizeof *event);
-  if (n == sizeof *event) return 0;
-  if (n >= 0) errno = EIO;
-  return -1;
+  for (;;) {
+    const ssize_t n = read(context->async_fd, event, sizeof *event);
+    if (n != sizeof *event) {
+      if (n >= 0) errno = EIO;
+      return -1;
+    }
+    if (count_async_read(context, *event)) return 0;
+    // else: about an object destroyed since; dropped, as the kernel does at destroy
+  }
 }
 
 // Acknowledging lets ibv_destroy_{qp,cq,srq} (which wait for every event about the object to

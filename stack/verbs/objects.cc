@@ -55,13 +55,14 @@ void disown(ibv_context* c, std::unordered_set<T*> ContextState::*set, T* obj) {
   (s->*set).erase(obj);
 }
 
-/// ibv_destroy_* waits until the application has acknowledged every event it was given
-/// about the object (as rdma-core's kernel providers do), so that no event in its hands
-/// names freed memory. `reported` is read under the engine lock, the wait happens outside it.
+/// ibv_destroy_* waits until the application has acknowledged every event it has read
+/// about the object (as with rdma-core's kernel providers, which count an event when it is
+/// read), so that no event in its hands names freed memory. Events still unread when the
+/// object goes are dropped by the reader (it finds the object gone from its context).
 void wait_acked(pthread_mutex_t* m, pthread_cond_t* cv, const uint32_t* completed,
-                uint32_t reported) {
+                const uint32_t* read) {
   pthread_mutex_lock(m);
-  while (*completed != reported) pthread_cond_wait(cv, m);
+  while (*completed != *read) pthread_cond_wait(cv, m);
   pthread_mutex_unlock(m);
 }
 
@@ -145,23 +146,19 @@ int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 int destroy_qp(ibv_qp* qp, bool wait) {
   Runtime* rt = runtime_of(qp->context);
   Qp* q = to_qp(qp);
-  uint32_t reported;
   {
     std::lock_guard<std::mutex> lock(rt->emu);
     if (rt->engine->qp_by_num(q->qpn) != q) return EINVAL;
-    rt->deliver_async_locked();  // events raised since the last pass reach the application
-    reported = q->async_events_reported;
   }
-  if (wait) wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, reported);
+  if (wait) wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->async_events_read);
   void* ext = q->ext;
-  ibv_context* c = qp->context;
+  disown(qp->context, &ContextState::qps, q);  // unread events about it are dropped from now
   pthread_mutex_destroy(&qp->mutex);  // the engine frees the QP: everything in it goes first
   pthread_cond_destroy(&qp->cond);
   {
     std::lock_guard<std::mutex> lock(rt->emu);
-    if (int e = rt->engine->destroy_qp(q); e != 0) return e;
+    rt->engine->destroy_qp(q);  // cannot fail: it was found above
   }
-  disown(c, &ContextState::qps, q);
   free_qp_ext(ext);
   return 0;
 }
@@ -169,61 +166,46 @@ int destroy_qp(ibv_qp* qp, bool wait) {
 int destroy_srq(ibv_srq* srq, bool wait) {
   Runtime* rt = runtime_of(srq->context);
   Srq* q = to_srq(srq);
-  uint32_t reported;
   {
     std::lock_guard<std::mutex> lock(rt->emu);
     if (q->users != 0) return EBUSY;
-    rt->deliver_async_locked();
-    reported = q->async_events_reported;
   }
-  if (wait) wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, reported);
-  ibv_context* c = srq->context;
+  if (wait) wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, &q->async_events_read);
+  disown(srq->context, &ContextState::srqs, q);
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
-  {
-    std::lock_guard<std::mutex> lock(rt->emu);
-    if (int e = rt->engine->destroy_srq(q); e != 0) return e;
-  }
-  disown(c, &ContextState::srqs, q);
-  return 0;
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->destroy_srq(q);
 }
 
 int destroy_cq(ibv_cq* cq, bool wait) {
   Runtime* rt = runtime_of(cq->context);
   Cq* c = to_cq(cq);
-  uint32_t async_reported, comp_reported;
   {
     std::lock_guard<std::mutex> lock(rt->emu);
     if (c->users != 0) return EBUSY;  // before anything is torn down
-    rt->deliver_async_locked();
-    async_reported = c->async_events_reported;
     std::lock_guard<std::mutex> nlock(rt->notify_mu);
     std::erase(rt->armed, c);  // no more completion events for it
     c->notify_armed = false;
-    comp_reported = c->comp_events_reported;
   }
   if (wait) {
-    // Every completion event read from the channel and every async event acknowledged.
+    // Every completion event and async event the application read, acknowledged.
     pthread_mutex_lock(&cq->mutex);
-    while (cq->comp_events_completed != comp_reported ||
-           cq->async_events_completed != async_reported)
+    while (cq->comp_events_completed != c->comp_events_read ||
+           cq->async_events_completed != c->async_events_read)
       pthread_cond_wait(&cq->cond, &cq->mutex);
     pthread_mutex_unlock(&cq->mutex);
   }
-  ibv_context* ctx = cq->context;
-  ibv_comp_channel* ch = cq->channel;
+  {
+    ContextState* s = state_of(cq->context);
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    s->cqs.erase(c);  // unread events about it are dropped from now
+    if (cq->channel != nullptr) --reinterpret_cast<UChannel*>(cq->channel)->cqs;
+  }
   pthread_mutex_destroy(&cq->mutex);
   pthread_cond_destroy(&cq->cond);
-  {
-    std::lock_guard<std::mutex> lock(rt->emu);
-    if (int e = rt->engine->destroy_cq(c); e != 0) return e;
-  }
-  disown(ctx, &ContextState::cqs, c);
-  if (ch != nullptr) {
-    std::lock_guard<std::mutex> lock(state_of(ctx)->obj_mu);
-    --reinterpret_cast<UChannel*>(ch)->cqs;
-  }
-  return 0;
+  std::lock_guard<std::mutex> lock(rt->emu);
+  return rt->engine->destroy_cq(c);
 }
 
 int destroy_ah(ibv_ah* ah) {
@@ -313,8 +295,47 @@ void deliver_cq_events(Runtime* rt) {
     auto* ch = reinterpret_cast<UChannel*>(cq->ibv.channel);
     ibv_cq* handle = &cq->ibv;
     // A full pipe means the application stopped reading events: this one is dropped.
-    if (ch != nullptr && write(ch->wfd, &handle, sizeof handle) == sizeof handle)
-      ++cq->comp_events_reported;
+    if (ch != nullptr && write(ch->wfd, &handle, sizeof handle) != sizeof handle) {
+    }
+  }
+}
+
+bool count_async_read(ibv_context* c, const ibv_async_event& ev) {
+  ContextState* s = state_of(c);
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  auto count = [](pthread_mutex_t* m, uint32_t* n) {
+    pthread_mutex_lock(m);
+    ++*n;
+    pthread_mutex_unlock(m);
+  };
+  switch (ev.event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      Cq* cq = to_cq(ev.element.cq);
+      if (s->cqs.count(cq) == 0) return false;
+      count(&cq->ibv.mutex, &cq->async_events_read);
+      return true;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      Srq* srq = to_srq(ev.element.srq);
+      if (s->srqs.count(srq) == 0) return false;
+      count(&srq->ibv.mutex, &srq->async_events_read);
+      return true;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      Qp* qp = to_qp(ev.element.qp);
+      if (s->qps.count(qp) == 0) return false;
+      count(&qp->ibv.mutex, &qp->async_events_read);
+      return true;
+    }
+    default: return true;  // port and device events name no object
   }
 }
 
@@ -528,15 +549,24 @@ int ibv_resize_cq(ibv_cq* cq, int cqe) {
 }
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
-  ibv_cq* handle = nullptr;
-  const ssize_t n = read(channel->fd, &handle, sizeof handle);
-  if (n != sizeof handle) {
-    if (n >= 0) errno = EIO;
-    return -1;
+  ContextState* s = state_of(channel->context);
+  for (;;) {
+    ibv_cq* handle = nullptr;
+    const ssize_t n = read(channel->fd, &handle, sizeof handle);
+    if (n != sizeof handle) {
+      if (n >= 0) errno = EIO;
+      return -1;
+    }
+    // An event for a CQ destroyed since is dropped (the kernel drops them at destroy).
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    if (s->cqs.count(to_cq(handle)) == 0) continue;
+    pthread_mutex_lock(&handle->mutex);
+    ++to_cq(handle)->comp_events_read;
+    pthread_mutex_unlock(&handle->mutex);
+    *cq = handle;
+    *cq_context = handle->cq_context;
+    return 0;
   }
-  *cq = handle;
-  *cq_context = handle->cq_context;
-  return 0;
 }
 
 void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {

@@ -359,22 +359,18 @@ void Runtime::deliver_async_locked() {
     ibv_async_event out{};
     out.event_type = ev.type;
     ibv_context* owner = nullptr;
-    uint32_t* reported = nullptr;  // what destroying the object must wait to see acknowledged
     if (ev.qp != nullptr) {
       out.element.qp = &ev.qp->ibv;
       owner = ev.qp->ibv.context;
-      reported = &ev.qp->async_events_reported;
     } else if (ev.cq != nullptr) {
       out.element.cq = &ev.cq->ibv;
       owner = ev.cq->ibv.context;
-      reported = &ev.cq->async_events_reported;
     } else if (ev.srq != nullptr) {
       out.element.srq = &ev.srq->ibv;
       owner = ev.srq->ibv.context;
-      reported = &ev.srq->async_events_reported;
     }
     if (owner != nullptr) {
-      if (post_async(state_of(owner), out)) ++*reported;
+      post_async(state_of(owner), out);
     } else {  // a port event: every context on the device hears it
       out.element.port_num = 1;
       std::lock_guard<std::mutex> lock(ctx_mu);

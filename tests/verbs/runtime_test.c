@@ -1,0 +1,492 @@
+/* The provider's process model, tested as a plain verbs program (linked against rdma-core's
+ * libibverbs, run on uroce's through LD_LIBRARY_PATH). Each mode is one claim:
+ *
+ *   contexts   two contexts of one process on one device exchange RC traffic (WRITE, SEND)
+ *   devices    two devices (uroce0, uroce1 on the two ends of a veth pair) in one process
+ *   failed     a device that cannot open leaves the open one working, and it reopens
+ *   exec       no file descriptor of uroce's survives exec (fork + exec of `fds`)
+ *   affinity   opening a device changes no thread's CPU affinity (nor a later thread's)
+ *   loop N     open, use and close the device N times: no growth in fds, memory, /dev/shm
+ *   stress     threads posting and polling on their own QPs and CQs of one context, one
+ *              blocked in ibv_get_cq_event, and a second context opened and closed in a loop
+ *              meanwhile
+ *
+ * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
+ * prints "FAIL: ..." and exits 1. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "loopback.h"
+
+#define MSG 4096
+
+/* One RC endpoint: its own PD, MR (2 x MSG: send half, receive half), CQ and QP. */
+struct ep {
+  struct ibv_context* ctx;
+  struct ibv_pd* pd;
+  struct ibv_mr* mr;
+  struct ibv_cq* cq;
+  struct ibv_comp_channel* ch;
+  struct ibv_qp* qp;
+  uint8_t* buf;
+  union ibv_gid gid;
+};
+
+static struct ibv_context* open_named(const char* name) {
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  CHECK(list != NULL, "ibv_get_device_list: errno %d", errno);
+  struct ibv_context* ctx = NULL;
+  for (int i = 0; i < n; ++i)
+    if (strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
+  ibv_free_device_list(list);
+  return ctx;
+}
+
+static void ep_init(struct ep* e, struct ibv_context* ctx, int with_channel) {
+  memset(e, 0, sizeof *e);
+  e->ctx = ctx;
+  CHECK(ibv_query_gid(ctx, 1, 1, &e->gid) == 0, "ibv_query_gid");
+  e->pd = ibv_alloc_pd(ctx);
+  CHECK(e->pd != NULL, "ibv_alloc_pd: errno %d", errno);
+  e->buf = calloc(2, MSG);
+  e->mr = ibv_reg_mr(e->pd, e->buf, 2 * MSG,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  CHECK(e->mr != NULL, "ibv_reg_mr: errno %d", errno);
+  if (with_channel) {
+    e->ch = ibv_create_comp_channel(ctx);
+    CHECK(e->ch != NULL, "ibv_create_comp_channel: errno %d", errno);
+  }
+  e->cq = ibv_create_cq(ctx, 256, e, e->ch, 0);
+  CHECK(e->cq != NULL, "ibv_create_cq: errno %d", errno);
+  struct ibv_qp_init_attr qa = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 128, .max_recv_wr = 128,
+                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  e->qp = ibv_create_qp(e->pd, &qa);
+  CHECK(e->qp != NULL, "ibv_create_qp: errno %d", errno);
+}
+
+static void ep_free(struct ep* e) {
+  CHECK(ibv_destroy_qp(e->qp) == 0, "ibv_destroy_qp");
+  CHECK(ibv_destroy_cq(e->cq) == 0, "ibv_destroy_cq");
+  if (e->ch) CHECK(ibv_destroy_comp_channel(e->ch) == 0, "ibv_destroy_comp_channel");
+  CHECK(ibv_dereg_mr(e->mr) == 0, "ibv_dereg_mr");
+  CHECK(ibv_dealloc_pd(e->pd) == 0, "ibv_dealloc_pd");
+  free(e->buf);
+}
+
+static void connect_pair(struct ep* a, struct ep* b) {
+  const int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int step = loopback_connect(a->qp, b->qp->qp_num, b->gid, acc, 1);
+  CHECK(step == 0, "connect a->b failed at step %d (errno %d)", step, errno);
+  step = loopback_connect(b->qp, a->qp->qp_num, a->gid, acc, 1);
+  CHECK(step == 0, "connect b->a failed at step %d (errno %d)", step, errno);
+}
+
+/* Polls until one completion arrives (bounded by a count of polls, not by time). */
+static struct ibv_wc wait_one(struct ep* e) {
+  struct ibv_wc wc;
+  for (long i = 0; i < 200000000L; ++i) {
+    const int n = ibv_poll_cq(e->cq, 1, &wc);
+    CHECK(n >= 0, "ibv_poll_cq: %d", n);
+    if (n == 1) {
+      CHECK(wc.status == IBV_WC_SUCCESS, "completion %s (wr_id %llu)",
+            ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
+      return wc;
+    }
+  }
+  CHECK(0, "no completion");
+  return wc;
+}
+
+static void post_recv(struct ep* e, uint64_t id) {
+  struct ibv_sge s = {(uintptr_t)(e->buf + MSG), MSG, e->mr->lkey};
+  struct ibv_recv_wr w = {.wr_id = id, .sg_list = &s, .num_sge = 1}, *bad;
+  CHECK(ibv_post_recv(e->qp, &w, &bad) == 0, "ibv_post_recv");
+}
+
+/* a WRITEs a pattern into b's receive half, then SENDs another into b's posted receive;
+ * both are checked byte for byte. */
+static void exchange(struct ep* a, struct ep* b, uint8_t seed) {
+  for (int i = 0; i < MSG; ++i) a->buf[i] = (uint8_t)(seed + i * 7);
+  struct ibv_sge s = {(uintptr_t)a->buf, MSG, a->mr->lkey};
+  struct ibv_send_wr w = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                          .send_flags = IBV_SEND_SIGNALED}, *bad;
+  w.wr.rdma.remote_addr = (uintptr_t)(b->buf + MSG);
+  w.wr.rdma.rkey = b->mr->rkey;
+  CHECK(ibv_post_send(a->qp, &w, &bad) == 0, "post WRITE");
+  wait_one(a);
+  CHECK(memcmp(a->buf, b->buf + MSG, MSG) == 0, "WRITE data differs");
+  for (int i = 0; i < MSG; ++i) a->buf[i] = (uint8_t)(seed * 3 + i);
+  post_recv(b, 2);
+  w.opcode = IBV_WR_SEND;
+  w.wr_id = 3;
+  CHECK(ibv_post_send(a->qp, &w, &bad) == 0, "post SEND");
+  wait_one(a);
+  struct ibv_wc wc = wait_one(b);
+  CHECK(wc.wr_id == 2 && wc.byte_len == MSG, "receive completion wr_id %llu len %u",
+        (unsigned long long)wc.wr_id, wc.byte_len);
+  CHECK(memcmp(a->buf, b->buf + MSG, MSG) == 0, "SEND data differs");
+}
+
+/* ---- modes ---------------------------------------------------------------------------------- */
+
+static int mode_contexts(void) {
+  struct ibv_context* c1 = open_named("uroce0");
+  struct ibv_context* c2 = open_named("uroce0");
+  CHECK(c1 && c2 && c1 != c2, "two opens of uroce0: %p %p (errno %d)", (void*)c1, (void*)c2, errno);
+  struct ep a, b;
+  ep_init(&a, c1, 0);
+  ep_init(&b, c2, 0);
+  connect_pair(&a, &b);
+  exchange(&a, &b, 1);
+  exchange(&b, &a, 2);
+  /* An object of one context cannot be used with another's. */
+  struct ibv_qp_init_attr qa = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 1, .max_recv_wr = 1,
+                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  CHECK(ibv_create_qp(b.pd, &qa) == NULL && errno == EINVAL, "cross-context QP accepted");
+  ep_free(&b);
+  CHECK(ibv_close_device(c2) == 0, "close c2");
+  /* The first context is untouched by the second's close: a new pair inside it works. */
+  struct ep c;
+  ep_init(&c, c1, 0);
+  ep_free(&a);
+  ep_init(&a, c1, 0);
+  connect_pair(&a, &c);
+  exchange(&a, &c, 3);
+  /* Closing with objects still open releases them. */
+  CHECK(ibv_close_device(c1) == 0, "close c1");
+  printf("ok: two contexts of one process on uroce0 exchange RC WRITE and SEND; closing one "
+         "leaves the other working; closing with objects open releases them\n");
+  return 0;
+}
+
+static int mode_devices(void) {
+  struct ibv_context* c0 = open_named("uroce0");
+  struct ibv_context* c1 = open_named("uroce1");
+  CHECK(c0 && c1, "open uroce0 and uroce1: errno %d", errno);
+  struct ep a, b;
+  ep_init(&a, c0, 0);
+  ep_init(&b, c1, 0);
+  CHECK(memcmp(a.gid.raw, b.gid.raw, 16) != 0, "both devices have the same GID");
+  connect_pair(&a, &b);
+  exchange(&a, &b, 4);
+  exchange(&b, &a, 5);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: two devices in one process (uroce0, uroce1) exchange RC WRITE and SEND\n");
+  return 0;
+}
+
+static int mode_failed(void) {
+  struct ibv_context* c0 = open_named("uroce0");
+  CHECK(c0, "open uroce0: errno %d", errno);
+  struct ep a, b;
+  ep_init(&a, c0, 0);
+  ep_init(&b, c0, 0);
+  connect_pair(&a, &b);
+  struct ibv_context* bad = open_named("uroce1");  /* configured on an interface that is not there */
+  CHECK(bad == NULL, "uroce1 opened on a missing interface");
+  struct ibv_context* bad2 = open_named("uroce1");
+  CHECK(bad2 == NULL, "uroce1 opened on the second try");
+  exchange(&a, &b, 6);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0, "close");
+  c0 = open_named("uroce0");
+  CHECK(c0, "reopen uroce0: errno %d", errno);
+  ep_init(&a, c0, 0);
+  ep_init(&b, c0, 0);
+  connect_pair(&a, &b);
+  exchange(&a, &b, 7);
+  CHECK(ibv_close_device(c0) == 0, "close");
+  printf("ok: a device that fails to open leaves the open one working; it reopens after close\n");
+  return 0;
+}
+
+/* The descriptors of this process other than 0, 1, 2 (and the directory being read). */
+static int list_fds(char* out, size_t room) {
+  DIR* d = opendir("/proc/self/fd");
+  int n = 0;
+  out[0] = '\0';
+  struct dirent* de;
+  while ((de = readdir(d)) != NULL) {
+    const int fd = atoi(de->d_name);
+    if (de->d_name[0] == '.' || fd <= 2 || fd == dirfd(d)) continue;
+    char path[64], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    const ssize_t len = readlink(path, target, sizeof target - 1);
+    target[len > 0 ? len : 0] = '\0';
+    const size_t used = strlen(out);
+    snprintf(out + used, room - used, " %d->%s", fd, target);
+    ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+static int mode_fds(void) {
+  char fds[4096];
+  const int n = list_fds(fds, sizeof fds);
+  printf("%d%s\n", n, fds);
+  return 0;
+}
+
+static int mode_exec(const char* self) {
+  char inherited[4096];  /* what the test's own parent gave us: not ours to judge */
+  list_fds(inherited, sizeof inherited);
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  struct ep a, b;
+  ep_init(&a, c, 1);
+  ep_init(&b, c, 0);
+  connect_pair(&a, &b);
+  exchange(&a, &b, 8);
+  char fds[4096];
+  const int mine = list_fds(fds, sizeof fds);
+  int p[2];
+  CHECK(pipe(p) == 0, "pipe");  /* (the test's own pipe: it is meant to be inherited) */
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    close(p[0]);
+    close(p[1]);
+    execl(self, self, "fds", (char*)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char got[4096] = {0};
+  size_t used = 0;
+  ssize_t r;
+  while ((r = read(p[0], got + used, sizeof got - 1 - used)) > 0) used += (size_t)r;
+  close(p[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+  /* Every descriptor the child has must have been inherited by us from our own parent. */
+  char* tok = strchr(got, ' ');
+  while (tok != NULL) {
+    char* end = strchr(tok + 1, ' ');
+    if (end == NULL) end = strchr(tok + 1, '\n');
+    char one[300];
+    snprintf(one, sizeof one, "%.*s", (int)(end - tok), tok);
+    CHECK(strstr(inherited, one) != NULL, "a descriptor survived exec:%s (the parent had %d:%s)",
+          one, mine, fds);
+    tok = (*end == ' ') ? end : NULL;
+  }
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c) == 0, "close");
+  printf("ok: no descriptor uroce opened survives exec (the program had %d open)\n", mine);
+  return 0;
+}
+
+static void* report_affinity(void* out) {
+  CHECK(pthread_getaffinity_np(pthread_self(), sizeof(cpu_set_t), out) == 0, "getaffinity");
+  return NULL;
+}
+
+static int mode_affinity(void) {
+  cpu_set_t before, after, later;
+  CHECK(sched_getaffinity(0, sizeof before, &before) == 0, "sched_getaffinity");
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  CHECK(sched_getaffinity(0, sizeof after, &after) == 0, "sched_getaffinity");
+  pthread_t t;
+  pthread_create(&t, NULL, report_affinity, &later);
+  pthread_join(t, NULL);
+  CHECK(CPU_EQUAL(&before, &after), "the opening thread's affinity changed: %d CPUs -> %d",
+        CPU_COUNT(&before), CPU_COUNT(&after));
+  CHECK(CPU_EQUAL(&before, &later), "a thread created after the open has %d CPUs, not %d",
+        CPU_COUNT(&later), CPU_COUNT(&before));
+  CHECK(ibv_close_device(c) == 0, "close");
+  printf("ok: opening a device leaves the CPU affinity of the program's threads alone "
+         "(%d CPUs before and after)\n", CPU_COUNT(&after));
+  return 0;
+}
+
+static long count_dir(const char* dir, const char* prefix) {
+  DIR* d = opendir(dir);
+  long n = 0;
+  struct dirent* de;
+  while (d && (de = readdir(d)) != NULL) n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+static long rss_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
+  if (f) fclose(f);
+  return v;
+}
+
+static int mode_loop(int n) {
+  char fds[4096];
+  long fd0 = 0, rss0 = 0, shm0 = 0;
+  for (int i = 0; i < n; ++i) {
+    struct ibv_context* c = open_named("uroce0");
+    CHECK(c, "open %d: errno %d", i, errno);
+    struct ep a, b;
+    ep_init(&a, c, i % 2);
+    ep_init(&b, c, 0);
+    connect_pair(&a, &b);
+    exchange(&a, &b, (uint8_t)i);
+    if (i % 3 == 0) {  /* every third round leaves its objects for ibv_close_device */
+      ep_free(&a);
+      ep_free(&b);
+    } else {
+      free(a.buf);
+      free(b.buf);
+    }
+    CHECK(ibv_close_device(c) == 0, "close %d", i);
+    if (i == 9) {  /* the baseline: after the process-wide setup of the first rounds */
+      fd0 = list_fds(fds, sizeof fds);
+      rss0 = rss_kib();
+      shm0 = count_dir("/dev/shm", "uroce-");
+    }
+  }
+  const long fd1 = list_fds(fds, sizeof fds), rss1 = rss_kib(),
+             shm1 = count_dir("/dev/shm", "uroce-");
+  CHECK(fd1 == fd0, "descriptors grew from %ld to %ld:%s", fd0, fd1, fds);
+  CHECK(shm1 == shm0, "/dev/shm entries grew from %ld to %ld", shm0, shm1);
+  /* A leak of one engine or port per round would be megabytes per round. */
+  CHECK(rss1 - rss0 < 16 * 1024, "resident memory grew from %ld KiB to %ld KiB", rss0, rss1);
+  printf("ok: %d rounds of open, use and close: descriptors %ld -> %ld, /dev/shm %ld -> %ld, "
+         "RSS %ld -> %ld KiB\n", n, fd0, fd1, shm0, shm1, rss0, rss1);
+  return 0;
+}
+
+/* ---- stress ----------------------------------------------------------------------------------- */
+
+enum { kWorkers = 3, kRounds = 300, kEventRounds = 200, kChurn = 15 };
+
+struct worker {
+  struct ep a, b;
+  int id;
+};
+
+static void* traffic_worker(void* arg) {
+  struct worker* w = arg;
+  for (int r = 0; r < kRounds; ++r) exchange(&w->a, &w->b, (uint8_t)(w->id * 31 + r));
+  return NULL;
+}
+
+/* Receives kEventRounds SENDs on a CQ with a completion channel, blocked in ibv_get_cq_event. */
+struct evq {
+  struct ep rx;
+  int got;
+};
+static void* event_waiter(void* arg) {
+  struct evq* q = arg;
+  CHECK(ibv_req_notify_cq(q->rx.cq, 0) == 0, "req_notify");
+  unsigned unacked = 0;
+  while (q->got < kEventRounds) {
+    struct ibv_cq* cq;
+    void* cq_ctx;
+    CHECK(ibv_get_cq_event(q->rx.ch, &cq, &cq_ctx) == 0, "ibv_get_cq_event");
+    CHECK(cq == q->rx.cq && cq_ctx == &q->rx, "event for another CQ");
+    ++unacked;
+    CHECK(ibv_req_notify_cq(q->rx.cq, 0) == 0, "req_notify");
+    struct ibv_wc wc[8];
+    int n;
+    while ((n = ibv_poll_cq(q->rx.cq, 8, wc)) > 0) {
+      for (int i = 0; i < n; ++i) {
+        CHECK(wc[i].status == IBV_WC_SUCCESS, "event CQ: %s", ibv_wc_status_str(wc[i].status));
+        if (wc[i].opcode == IBV_WC_RECV) {
+          ++q->got;
+          post_recv(&q->rx, wc[i].wr_id);  /* the receive queue stays full */
+        }
+      }
+    }
+  }
+  ibv_ack_cq_events(q->rx.cq, unacked);
+  return NULL;
+}
+
+static void* churn(void* arg) {
+  (void)arg;
+  for (int i = 0; i < kChurn; ++i) {
+    struct ibv_context* c = open_named("uroce0");
+    CHECK(c, "churn open %d: errno %d", i, errno);
+    struct ep a, b;
+    ep_init(&a, c, 0);
+    ep_init(&b, c, 0);
+    connect_pair(&a, &b);
+    exchange(&a, &b, (uint8_t)i);
+    free(a.buf);
+    free(b.buf);
+    CHECK(ibv_close_device(c) == 0, "churn close");
+  }
+  return NULL;
+}
+
+static int mode_stress(void) {
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open: errno %d", errno);
+  struct worker w[kWorkers];
+  for (int i = 0; i < kWorkers; ++i) {
+    w[i].id = i;
+    ep_init(&w[i].a, c, 0);
+    ep_init(&w[i].b, c, 0);
+    connect_pair(&w[i].a, &w[i].b);
+  }
+  struct evq q = {.got = 0};
+  struct ep tx;
+  ep_init(&q.rx, c, 1);
+  ep_init(&tx, c, 0);
+  connect_pair(&tx, &q.rx);
+  for (int i = 0; i < 100; ++i) post_recv(&q.rx, 100 + (uint64_t)i);
+  pthread_t th[kWorkers + 2];
+  pthread_create(&th[kWorkers], NULL, event_waiter, &q);
+  pthread_create(&th[kWorkers + 1], NULL, churn, NULL);
+  for (int i = 0; i < kWorkers; ++i) pthread_create(&th[i], NULL, traffic_worker, &w[i]);
+  /* This thread is the event waiter's sender: SENDs, unsignaled but every 16th. */
+  for (int i = 0; i < kEventRounds; ++i) {
+    struct ibv_sge s = {(uintptr_t)tx.buf, 64, tx.mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = (i % 16 == 15) ? IBV_SEND_SIGNALED : 0}, *bad;
+    CHECK(ibv_post_send(tx.qp, &wr, &bad) == 0, "event sender post %d", i);
+    if (i % 16 == 15) wait_one(&tx);
+  }
+  for (int i = 0; i < kWorkers + 2; ++i) pthread_join(th[i], NULL);
+  CHECK(q.got == kEventRounds, "event waiter got %d receives", q.got);
+  for (int i = 0; i < kWorkers; ++i) {
+    ep_free(&w[i].a);
+    ep_free(&w[i].b);
+  }
+  ep_free(&q.rx);
+  ep_free(&tx);
+  CHECK(ibv_close_device(c) == 0, "close");
+  printf("ok: stress: %d threads x %d checked WRITE+SEND exchanges on their own QPs, %d SENDs "
+         "to a thread blocked in ibv_get_cq_event, %d contexts opened and closed meanwhile\n",
+         kWorkers, kRounds, kEventRounds, kChurn);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  const char* m = argc > 1 ? argv[1] : "";
+  if (!strcmp(m, "contexts")) return mode_contexts();
+  if (!strcmp(m, "devices")) return mode_devices();
+  if (!strcmp(m, "failed")) return mode_failed();
+  if (!strcmp(m, "exec")) return mode_exec(argv[0]);
+  if (!strcmp(m, "fds")) return mode_fds();
+  if (!strcmp(m, "affinity")) return mode_affinity();
+  if (!strcmp(m, "loop")) return mode_loop(argc > 2 ? atoi(argv[2]) : 1000);
+  if (!strcmp(m, "stress")) return mode_stress();
+  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress\n", argv[0]);
+  return 2;
+}
