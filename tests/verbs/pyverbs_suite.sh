@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# rdma-core's own test suite (Debian's python3-pyverbs ships it in
+# /usr/share/doc/rdma-core/tests), unmodified, against uroce's libibverbs.so.1 in a network
+# namespace with one end of a veth pair, all in one process as run_tests.py runs it.
+# Writes every test's outcome to OUT (tab-separated: id, outcome, the suite's reason) and
+# passes when the generic tests (not the vendor modules: mlx5, efa, cuda) have at least
+# MIN_PASS passes, no failure and no error.
+# Usage: pyverbs_suite.sh LIBDIR OUT [MIN_PASS]. Needs root (exit 77 = skipped otherwise).
+set -euo pipefail
+lib=$1 out=$2 min_pass=${3:-86}
+suite=/usr/share/doc/rdma-core/tests
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
+[ -f "$suite/run_tests.py" ] || { echo "SKIP: python3-pyverbs (its test suite) not installed"; exit 77; }
+ns=upv$$
+dir=$(mktemp -d)
+cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+ip netns add "$ns"
+ip -n "$ns" link add "${ns}a" type veth peer name "${ns}b"
+ip -n "$ns" link set lo up
+ip -n "$ns" link set "${ns}a" up
+ip -n "$ns" link set "${ns}b" up
+ip -n "$ns" addr add 10.94.0.1/24 dev "${ns}a"
+# The suite as Debian ships it, some files gzipped: a copy to run (nothing in it is changed).
+cp -r "$suite" "$dir/tests"
+find "$dir/tests" -name '*.gz' -exec gunzip {} +
+rc=0
+(cd "$dir" && ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${ns}a" \
+   timeout 900 /usr/bin/python3 tests/run_tests.py --dev uroce0 --port 1 --gid 1 -v) \
+   >"$dir/log" 2>&1 || rc=$?
+tail -n 4 "$dir/log"
+/usr/bin/python3 - "$dir/log" "$out" "$min_pass" "$rc" <<'PY'
+import re, sys
+log, out, min_pass, rc = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+results, current = [], None
+idline = re.compile(r"^(\w+) \(([\w.]+)\)")
+outcome = re.compile(r" \.\.\. (ok|skipped (?:'(.*)'|\"(.*)\")|FAIL|ERROR|expected failure|"
+                     r"unexpected success)$")
+for line in open(log, errors="replace"):
+    line = line.rstrip("\n")
+    m = idline.match(line)
+    if m:
+        current = m.group(2)
+    # (a test that prints leaves its outcome alone on the next line)
+    r = outcome.search(line) or (current and outcome.search(" ... " + line))
+    if r and current:
+        word = r.group(1).split(" ")[0]
+        results.append((current, word, r.group(2) or r.group(3) or ""))
+        current = None
+vendor = re.compile(r"^tests\.test_(mlx5|efa|efadv|cuda)")
+generic = [x for x in results if not vendor.match(x[0])]
+count = lambda what: sum(1 for x in generic if x[1] == what)
+with open(out, "w") as f:
+    f.write("# test\toutcome\treason (the suite's own)\n")
+    for t, o, why in results:
+        f.write(f"{t}\t{o}{'' if not vendor.match(t) else ' (vendor)'}\t{why}\n")
+p, s, fl, e = count("ok"), count("skipped"), count("FAIL"), count("ERROR")
+print(f"pyverbs suite: {len(results)} tests, {len(generic)} generic: {p} passed, {s} skipped, "
+      f"{fl} failed, {e} errors (outcomes in {out})")
+for t, o, _ in generic:
+    if o in ("FAIL", "ERROR"):
+        print(f"  {o}: {t}")
+ok = len(results) > 0 and p >= min_pass and fl == 0 and e == 0
+if not ok:
+    print(f"FAIL: want at least {min_pass} generic passes and no failure or error")
+    print(open(log, errors="replace").read()[-6000:])
+sys.exit(0 if ok else 1)
+PY
