@@ -4,6 +4,8 @@
 #   2. live interop with the kernel's Soft-RoCE: rdma_rxe in a qemu VM (../shared/rxe-vm),
 #      the ctest label "interop", plain build only (skipped without root or qemu)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/
+#   3b. ThreadSanitizer: the provider and its threading tests (verbs.runtime.stress and
+#       .contexts)                                     -> build-tsan/
 #   4. libFuzzer over the frame parser (clang), seeded from pcaps/, for
 #      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
 # Each stage ends with ctest's summary line; the script stops at the first failure.
@@ -32,6 +34,12 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE interop
+
+stage "ThreadSanitizer: the provider's threads (stress, contexts)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON >/dev/null
+cmake --build build-tsan -j"$jobs" --target uroce_ibverbs runtime_test
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts)$'
 
 stage "fuzzing the frame parser for ${UROCE_FUZZ_SECONDS:-60} s"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
