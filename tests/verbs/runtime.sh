@@ -20,9 +20,12 @@ ip -n "$ns" addr add 10.99.0.2/24 dev "${ns}b"
 second=${ns}b
 [ "$1" = "failed" ] && second=${ns}none
 printf '[uroce0]\niface = %s\n[uroce1]\niface = %s\n' "${ns}a" "$second" >"$dir/uroce.conf"
-shm_before=$(ls /dev/shm | grep -c '^uroce-[0-9]' || true)
+counters() { ls /dev/shm | grep -E '^uroce-[0-9]+-' | sort || true; }
+before=$(counters)
 ip netns exec "$ns" env -u UROCE_IFACE LD_LIBRARY_PATH="$lib" UROCE_CONFIG="$dir/uroce.conf" \
   timeout 300 "$bin" "$@"
-# A clean exit leaves nothing in /dev/shm (the counters files are this process's own).
-shm_after=$(ls /dev/shm | grep -c '^uroce-[0-9]' || true)
-[ "$shm_after" -le "$shm_before" ] || { echo "FAIL: /dev/shm: $(ls /dev/shm | grep '^uroce-')"; exit 1; }
+# A clean exit leaves no counters file: a new one whose process is gone is ours, left behind.
+for f in $(comm -13 <(echo "$before") <(counters)); do
+  pid=${f#uroce-}; pid=${pid%%-*}
+  kill -0 "$pid" 2>/dev/null || { echo "FAIL: /dev/shm/$f left behind"; exit 1; }
+done

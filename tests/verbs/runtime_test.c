@@ -10,6 +10,11 @@
  *   stress     threads posting and polling on their own QPs and CQs of one context, one
  *              blocked in ibv_get_cq_event, and a second context opened and closed in a loop
  *              meanwhile
+ *   fork       after fork() the parent's device keeps working; the child cannot open one
+ *              (DPDK runs once per process image) and its exit removes none of the parent's
+ *              files
+ *   exit       exit() while a thread is still posting and every object is open: a clean
+ *              exit, no counters file left
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -476,6 +481,73 @@ static int mode_stress(void) {
   return 0;
 }
 
+static int shm_exists(pid_t pid) {
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm/uroce-%d-uroce0", (int)pid);
+  return access(path, F_OK) == 0;
+}
+
+static int mode_fork(void) {
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  struct ep a, b;
+  ep_init(&a, c, 0);
+  ep_init(&b, c, 0);
+  connect_pair(&a, &b);
+  exchange(&a, &b, 9);
+  CHECK(shm_exists(getpid()), "no counters file for this process");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    struct ibv_context* cc = open_named("uroce0");
+    exit(cc == NULL && errno == ENODEV ? 0 : 3);  /* exit(): the library's exit hook runs */
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child could open uroce0, or failed oddly (%d)",
+        WEXITSTATUS(st));
+  CHECK(shm_exists(getpid()), "the child's exit removed the parent's counters file");
+  exchange(&a, &b, 10);
+  exchange(&b, &a, 11);
+  CHECK(ibv_close_device(c) == 0, "close");
+  printf("ok: fork: the parent's device keeps working, the child cannot open one (ENODEV) and "
+         "its exit leaves the parent's files\n");
+  return 0;
+}
+
+static struct ep ex_a, ex_b, ex_c, ex_d;
+
+static void* post_forever(void* arg) {
+  (void)arg;  /* WRITEs from ex_a into ex_b, never waiting */
+  struct ibv_sge s = {(uintptr_t)ex_a.buf, 64, ex_a.mr->lkey};
+  for (uint64_t i = 0;; ++i) {
+    struct ibv_send_wr w = {.wr_id = i, .sg_list = &s, .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    w.wr.rdma.remote_addr = (uintptr_t)ex_b.buf + MSG;
+    w.wr.rdma.rkey = ex_b.mr->rkey;
+    if (ibv_post_send(ex_a.qp, &w, &bad) != 0) {
+      struct ibv_wc wc[16];
+      ibv_poll_cq(ex_a.cq, 16, wc);
+    }
+  }
+  return NULL;
+}
+
+static int mode_exit(void) {
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  ep_init(&ex_a, c, 1);
+  ep_init(&ex_b, c, 0);
+  ep_init(&ex_c, c, 0);
+  ep_init(&ex_d, c, 0);
+  connect_pair(&ex_a, &ex_b);
+  connect_pair(&ex_c, &ex_d);
+  pthread_t t;
+  pthread_create(&t, NULL, post_forever, NULL);
+  for (int i = 0; i < 200; ++i) exchange(&ex_c, &ex_d, (uint8_t)i);  /* more traffic meanwhile */
+  printf("ok: exit with every object open while a thread is posting\n");
+  exit(0);  /* the shell checks the exit status and that no counters file is left */
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char* m = argc > 1 ? argv[1] : "";
@@ -487,6 +559,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "affinity")) return mode_affinity();
   if (!strcmp(m, "loop")) return mode_loop(argc > 2 ? atoi(argv[2]) : 1000);
   if (!strcmp(m, "stress")) return mode_stress();
-  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress\n", argv[0]);
+  if (!strcmp(m, "fork")) return mode_fork();
+  if (!strcmp(m, "exit")) return mode_exit();
+  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit\n",
+          argv[0]);
   return 2;
 }
