@@ -236,31 +236,23 @@ void ibv_ack_async_event(ibv_async_event* event) {
     pthread_cond_signal(cv);
     pthread_mutex_unlock(m);
   };
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
+  switch (event_object(event->event_type)) {
+    case EventObject::kCq: {
       ibv_cq* cq = event->element.cq;
       ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
       break;
     }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+    case EventObject::kQp: {
       ibv_qp* qp = event->element.qp;
       ack(&qp->mutex, &qp->cond, &qp->events_completed);
       break;
     }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+    case EventObject::kSrq: {
       ibv_srq* srq = event->element.srq;
       ack(&srq->mutex, &srq->cond, &srq->events_completed);
       break;
     }
-    default: break;  // port and device events name no object
+    case EventObject::kNone: break;  // port and device events name no object
   }
 }
 

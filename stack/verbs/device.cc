@@ -67,8 +67,9 @@ std::vector<Device*> build_devices() {
 }  // namespace
 
 const std::vector<Device*>& devices() {
-  static const std::vector<Device*> list = build_devices();
-  return list;
+  // Never destroyed: applications keep ibv_device pointers until (and during) exit.
+  static const auto* list = new std::vector<Device*>(build_devices());
+  return *list;
 }
 
 }  // namespace uroce::verbs

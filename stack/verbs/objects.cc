@@ -300,6 +300,23 @@ void deliver_cq_events(Runtime* rt) {
   }
 }
 
+EventObject event_object(ibv_event_type type) {
+  switch (type) {
+    case IBV_EVENT_CQ_ERR: return EventObject::kCq;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: return EventObject::kSrq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: return EventObject::kQp;
+    default: return EventObject::kNone;
+  }
+}
+
 bool count_async_read(ibv_context* c, const ibv_async_event& ev) {
   ContextState* s = state_of(c);
   std::lock_guard<std::mutex> lock(s->obj_mu);
@@ -308,35 +325,28 @@ bool count_async_read(ibv_context* c, const ibv_async_event& ev) {
     ++*n;
     pthread_mutex_unlock(m);
   };
-  switch (ev.event_type) {
-    case IBV_EVENT_CQ_ERR: {
+  switch (event_object(ev.event_type)) {
+    case EventObject::kCq: {
       Cq* cq = to_cq(ev.element.cq);
       if (s->cqs.count(cq) == 0) return false;
       count(&cq->ibv.mutex, &cq->async_events_read);
       return true;
     }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+    case EventObject::kSrq: {
       Srq* srq = to_srq(ev.element.srq);
       if (s->srqs.count(srq) == 0) return false;
       count(&srq->ibv.mutex, &srq->async_events_read);
       return true;
     }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+    case EventObject::kQp: {
       Qp* qp = to_qp(ev.element.qp);
       if (s->qps.count(qp) == 0) return false;
       count(&qp->ibv.mutex, &qp->async_events_read);
       return true;
     }
-    default: return true;  // port and device events name no object
+    case EventObject::kNone: return true;  // port and device events name no object
   }
+  return true;
 }
 
 void destroy_context_objects(ContextState* s) {

@@ -135,6 +135,10 @@ void destroy_context_objects(ContextState* s);
 /// Writes an async event to a context's pipe (never blocks; dropped if the reader is gone).
 bool post_async(ContextState* s, const ibv_async_event& ev);
 
+/// Which object an async event of this type names (IBV_EVENT_* -> element).
+enum class EventObject { kNone, kQp, kCq, kSrq };
+EventObject event_object(ibv_event_type type);
+
 /// For ibv_get_async_event: counts an event the application read against its object (what
 /// its destruction waits to see acknowledged); false if the object is gone (objects.cc).
 bool count_async_read(ibv_context* c, const ibv_async_event& ev);

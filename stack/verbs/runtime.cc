@@ -32,6 +32,9 @@ namespace {
 std::mutex g_registry_mu;        // Device::runtime, Runtime::refs, g_live
 std::vector<Runtime*>* g_live;   // open runtimes, for the exit hook (never freed)
 pid_t g_live_pid = 0;            // the process g_live belongs to (fork copies it)
+// In a child after fork: the parent's runtimes, copied with its memory. Never used, never
+// freed (they hold the parent's sockets and threads that are not in this process).
+std::vector<Runtime*>* g_inherited;
 bool g_reaped = false;
 
 /// The Linux kernel sees our UDP 4791 traffic too (the interface is shared with DPDK's
@@ -299,10 +302,10 @@ __attribute__((destructor)) void at_exit() {
 Runtime* acquire_runtime(Device* d) {
   std::lock_guard<std::mutex> lock(g_registry_mu);
   if (g_live == nullptr || g_live_pid != getpid()) {
-    // First device of this process (or of a forked child, whose copied list is not its own).
+    // First device of this process, or of a forked child, whose copied list is not its own.
+    g_inherited = g_live;
     g_live = new std::vector<Runtime*>();
     g_live_pid = getpid();
-    if (d->runtime != nullptr) d->runtime = nullptr;
     for (Device* other : devices()) other->runtime = nullptr;
   }
   if (d->runtime != nullptr) {

@@ -15,12 +15,8 @@ ns=upv$$
 dir=$(mktemp -d)
 cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
-ip netns add "$ns"
-ip -n "$ns" link add "${ns}a" type veth peer name "${ns}b"
-ip -n "$ns" link set lo up
-ip -n "$ns" link set "${ns}a" up
-ip -n "$ns" link set "${ns}b" up
-ip -n "$ns" addr add 10.94.0.1/24 dev "${ns}a"
+. "$(dirname "$0")/../../tools/lib/netns.sh"
+veth_ns "$ns" 10.94.0.1/24
 # The suite as Debian ships it, some files gzipped: a copy to run (nothing in it is changed).
 cp -r "$suite" "$dir/tests"
 find "$dir/tests" -name '*.gz' -exec gunzip {} +

@@ -9,21 +9,21 @@ ns=ur$$
 dir=$(mktemp -d)
 cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
-ip netns add "$ns"
-ip -n "$ns" link add "${ns}a" type veth peer name "${ns}b"
-ip -n "$ns" link set lo up
-ip -n "$ns" link set "${ns}a" up
-ip -n "$ns" link set "${ns}b" up
-ip -n "$ns" addr add 10.99.0.1/24 dev "${ns}a"
-ip -n "$ns" addr add 10.99.0.2/24 dev "${ns}b"
+. "$(dirname "$0")/../../tools/lib/netns.sh"
+veth_ns "$ns" 10.99.0.1/24 10.99.0.2/24
 # uroce0 on one end; uroce1 on the other (mode "devices") or on a missing interface ("failed").
 second=${ns}b
 [ "$1" = "failed" ] && second=${ns}none
 printf '[uroce0]\niface = %s\n[uroce1]\niface = %s\n' "${ns}a" "$second" >"$dir/uroce.conf"
 counters() { ls /dev/shm | grep -E '^uroce-[0-9]+-' | sort || true; }
 before=$(counters)
+# In the sanitizer build the program itself runs with leak checking on (the ASan options
+# given to this script keep it off for the shell's tools) and a small quarantine, so that its
+# memory figures mean what they say.
+[ -z "${ASAN_OPTIONS:-}" ] || set -- env ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=4:abort_on_error=1 "$bin" "$@"
+[ -n "${ASAN_OPTIONS:-}" ] || set -- "$bin" "$@"
 ip netns exec "$ns" env -u UROCE_IFACE LD_LIBRARY_PATH="$lib" UROCE_CONFIG="$dir/uroce.conf" \
-  timeout 300 "$bin" "$@"
+  timeout 300 "$@"
 # A clean exit leaves no counters file: a new one whose process is gone is ours, left behind.
 for f in $(comm -13 <(echo "$before") <(counters)); do
   pid=${f#uroce-}; pid=${pid%%-*}

@@ -94,6 +94,16 @@ static void connect_pair(struct ep* a, struct ep* b) {
   CHECK(step == 0, "connect b->a failed at step %d (errno %d)", step, errno);
 }
 
+/* Opens uroce0 with a connected pair of endpoints on it (a with a completion channel if asked). */
+static struct ibv_context* open_pair(struct ep* a, struct ep* b, int a_channel) {
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  ep_init(a, c, a_channel);
+  ep_init(b, c, 0);
+  connect_pair(a, b);
+  return c;
+}
+
 /* Polls until one completion arrives (bounded by a count of polls, not by time). */
 static struct ibv_wc wait_one(struct ep* e) {
   struct ibv_wc wc;
@@ -166,8 +176,10 @@ static int mode_contexts(void) {
   ep_init(&a, c1, 0);
   connect_pair(&a, &c);
   exchange(&a, &c, 3);
-  /* Closing with objects still open releases them. */
+  /* Closing with objects still open releases them (only our buffers are left to free). */
   CHECK(ibv_close_device(c1) == 0, "close c1");
+  free(a.buf);
+  free(c.buf);
   printf("ok: two contexts of one process on uroce0 exchange RC WRITE and SEND; closing one "
          "leaves the other working; closing with objects open releases them\n");
   return 0;
@@ -192,12 +204,8 @@ static int mode_devices(void) {
 }
 
 static int mode_failed(void) {
-  struct ibv_context* c0 = open_named("uroce0");
-  CHECK(c0, "open uroce0: errno %d", errno);
   struct ep a, b;
-  ep_init(&a, c0, 0);
-  ep_init(&b, c0, 0);
-  connect_pair(&a, &b);
+  struct ibv_context* c0 = open_pair(&a, &b, 0);
   struct ibv_context* bad = open_named("uroce1");  /* configured on an interface that is not there */
   CHECK(bad == NULL, "uroce1 opened on a missing interface");
   struct ibv_context* bad2 = open_named("uroce1");
@@ -206,12 +214,10 @@ static int mode_failed(void) {
   ep_free(&a);
   ep_free(&b);
   CHECK(ibv_close_device(c0) == 0, "close");
-  c0 = open_named("uroce0");
-  CHECK(c0, "reopen uroce0: errno %d", errno);
-  ep_init(&a, c0, 0);
-  ep_init(&b, c0, 0);
-  connect_pair(&a, &b);
+  c0 = open_pair(&a, &b, 0);  /* it reopens */
   exchange(&a, &b, 7);
+  ep_free(&a);
+  ep_free(&b);
   CHECK(ibv_close_device(c0) == 0, "close");
   printf("ok: a device that fails to open leaves the open one working; it reopens after close\n");
   return 0;
@@ -248,12 +254,8 @@ static int mode_fds(void) {
 static int mode_exec(const char* self) {
   char inherited[4096];  /* what the test's own parent gave us: not ours to judge */
   list_fds(inherited, sizeof inherited);
-  struct ibv_context* c = open_named("uroce0");
-  CHECK(c, "open uroce0: errno %d", errno);
   struct ep a, b;
-  ep_init(&a, c, 1);
-  ep_init(&b, c, 0);
-  connect_pair(&a, &b);
+  struct ibv_context* c = open_pair(&a, &b, 1);
   exchange(&a, &b, 8);
   char fds[4096];
   const int mine = list_fds(fds, sizeof fds);
@@ -318,6 +320,7 @@ static int mode_affinity(void) {
   return 0;
 }
 
+/* Entries of `dir` whose names begin with `prefix`. */
 static long count_dir(const char* dir, const char* prefix) {
   DIR* d = opendir(dir);
   long n = 0;
@@ -338,15 +341,12 @@ static long rss_kib(void) {
 }
 
 static int mode_loop(int n) {
-  char fds[4096];
+  char fds[4096], own_shm[64];  /* this process's files in /dev/shm: uroce-PID-... */
+  snprintf(own_shm, sizeof own_shm, "uroce-%d-", (int)getpid());
   long fd0 = 0, rss0 = 0, shm0 = 0;
   for (int i = 0; i < n; ++i) {
-    struct ibv_context* c = open_named("uroce0");
-    CHECK(c, "open %d: errno %d", i, errno);
     struct ep a, b;
-    ep_init(&a, c, i % 2);
-    ep_init(&b, c, 0);
-    connect_pair(&a, &b);
+    struct ibv_context* c = open_pair(&a, &b, i % 2);
     exchange(&a, &b, (uint8_t)i);
     if (i % 3 == 0) {  /* every third round leaves its objects for ibv_close_device */
       ep_free(&a);
@@ -359,11 +359,11 @@ static int mode_loop(int n) {
     if (i == 9) {  /* the baseline: after the process-wide setup of the first rounds */
       fd0 = list_fds(fds, sizeof fds);
       rss0 = rss_kib();
-      shm0 = count_dir("/dev/shm", "uroce-");
+      shm0 = count_dir("/dev/shm", own_shm);
     }
   }
   const long fd1 = list_fds(fds, sizeof fds), rss1 = rss_kib(),
-             shm1 = count_dir("/dev/shm", "uroce-");
+             shm1 = count_dir("/dev/shm", own_shm);
   CHECK(fd1 == fd0, "descriptors grew from %ld to %ld:%s", fd0, fd1, fds);
   CHECK(shm1 == shm0, "/dev/shm entries grew from %ld to %ld", shm0, shm1);
   /* A leak of one engine or port per round would be megabytes per round. */
@@ -423,12 +423,8 @@ static void* event_waiter(void* arg) {
 static void* churn(void* arg) {
   (void)arg;
   for (int i = 0; i < kChurn; ++i) {
-    struct ibv_context* c = open_named("uroce0");
-    CHECK(c, "churn open %d: errno %d", i, errno);
     struct ep a, b;
-    ep_init(&a, c, 0);
-    ep_init(&b, c, 0);
-    connect_pair(&a, &b);
+    struct ibv_context* c = open_pair(&a, &b, 0);
     exchange(&a, &b, (uint8_t)i);
     free(a.buf);
     free(b.buf);
@@ -488,12 +484,8 @@ static int shm_exists(pid_t pid) {
 }
 
 static int mode_fork(void) {
-  struct ibv_context* c = open_named("uroce0");
-  CHECK(c, "open uroce0: errno %d", errno);
   struct ep a, b;
-  ep_init(&a, c, 0);
-  ep_init(&b, c, 0);
-  connect_pair(&a, &b);
+  struct ibv_context* c = open_pair(&a, &b, 0);
   exchange(&a, &b, 9);
   CHECK(shm_exists(getpid()), "no counters file for this process");
   const pid_t pid = fork();
@@ -508,6 +500,8 @@ static int mode_fork(void) {
   CHECK(shm_exists(getpid()), "the child's exit removed the parent's counters file");
   exchange(&a, &b, 10);
   exchange(&b, &a, 11);
+  ep_free(&a);
+  ep_free(&b);
   CHECK(ibv_close_device(c) == 0, "close");
   printf("ok: fork: the parent's device keeps working, the child cannot open one (ENODEV) and "
          "its exit leaves the parent's files\n");

@@ -1,6 +1,20 @@
 # Shell helpers shared by the scripts that run verbs programs in network namespaces
 # (tools/quickstart.sh, tools/bench/verbs.sh, tests/verbs/verbs_programs.sh,
-# tests/interop/interop.sh). Source it; it defines functions only.
+# tests/verbs/runtime.sh, tests/verbs/pyverbs_suite.sh, tests/interop/interop.sh). Source it;
+# it defines functions only.
+
+# veth_ns NS ADDR_A [ADDR_B]: makes namespace NS holding both ends of a veth pair, NSa (with
+# ADDR_A, e.g. 10.99.0.1/24) and NSb (with ADDR_B if given), all up.
+veth_ns() {
+  local ns=$1
+  ip netns add "$ns"
+  ip -n "$ns" link add "${ns}a" type veth peer name "${ns}b"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "${ns}a" up
+  ip -n "$ns" link set "${ns}b" up
+  ip -n "$ns" addr add "$2" dev "${ns}a"
+  [ -z "${3:-}" ] || ip -n "$ns" addr add "$3" dev "${ns}b"
+}
 
 # wait_listen NS [PORT] [PID]: waits up to 20 s until something in namespace NS listens on TCP
 # PORT (default 18515, perftest's and the pingpongs' exchange port), so a slow start (DPDK init
