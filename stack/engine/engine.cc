@@ -222,8 +222,9 @@ void Engine::answer_doorbells() {
     doorbell_rung_.store(false, std::memory_order_relaxed);
   }
   for (Qp* qp : doorbells_taken_) {
-    // Clear the flag first: a post after this point rings again and is seen next time.
-    qp->doorbell.store(false, std::memory_order_release);
+    // Clear the flag first: a post after this point rings again and is seen next time. An
+    // exchange (not a store) so that the engine's later reads of the rings come after it.
+    qp->doorbell.exchange(false, std::memory_order_acq_rel);
     if (qp->state == IBV_QPS_ERR) qp->flush_pending = true;  // posted in ERR: flush it
     schedule(qp);
   }

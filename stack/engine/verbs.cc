@@ -243,6 +243,8 @@ Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr) {
 int Engine::modify_srq(Srq* srq, ibv_srq_attr* attr, int mask) {
   if (srq == nullptr || attr == nullptr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
     return EINVAL;
+  // Posters stay out from the check to the copy (both sides of the ring held).
+  std::lock_guard<std::mutex> producers(srq->mu);
   // Everything is checked before anything changes (ibv_modify_srq(3)).
   size_t max_wr = srq->ring.capacity();
   if (mask & IBV_SRQ_MAX_WR) {
@@ -254,7 +256,6 @@ int Engine::modify_srq(Srq* srq, ibv_srq_attr* attr, int mask) {
   const uint32_t limit = (mask & IBV_SRQ_LIMIT) ? attr->srq_limit : srq->limit;
   if (limit > max_wr) return EINVAL;
   if (mask & IBV_SRQ_MAX_WR) {
-    std::lock_guard<std::mutex> producers(srq->mu);  // both sides of the ring held
     Ring<RecvWqe> resized(max_wr);
     for (size_t i = 0; i < srq->ring.size(); ++i) resized.push(srq->ring.at(i));
     srq->ring = std::move(resized);
@@ -757,7 +758,9 @@ int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     }
     qp->rq.push(to_recv_wqe(*wr));
   }
-  if (st == IBV_QPS_ERR && wr != first) ring_doorbell(qp);  // in ERR, posted WRs are flushed
+  // Always: the QP may enter ERR while this runs (the engine then flushes what it finds on
+  // the doorbell), and a state read here cannot tell.
+  if (wr != first) ring_doorbell(qp);
   return err;
 }
 

@@ -142,6 +142,14 @@ int ibv_close_device(ibv_context* context) {
   Context* ctx = to_context(context);
   ContextState* s = ctx->state;
   Runtime* rt = s->rt;
+  if (rt->pid != getpid()) {
+    // A context inherited through fork(): its engine and threads are the parent's (and its
+    // locks may be held by threads that are not here). Only this copy's handles go.
+    close(s->async_pipe[0]);
+    close(s->async_pipe[1]);
+    if (context->cmd_fd >= 0) close(context->cmd_fd);
+    return 0;
+  }
   // What the application left is destroyed, as the kernel does when a verbs fd closes.
   destroy_context_objects(s);
   {

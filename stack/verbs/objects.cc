@@ -150,9 +150,10 @@ int destroy_qp(ibv_qp* qp, bool wait) {
     std::lock_guard<std::mutex> lock(rt->emu);
     if (rt->engine->qp_by_num(q->qpn) != q) return EINVAL;
   }
+  // Forget it first: events read from now on are dropped; then wait for the ones read before.
+  disown(qp->context, &ContextState::qps, q);
   if (wait) wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->async_events_read);
   void* ext = q->ext;
-  disown(qp->context, &ContextState::qps, q);  // unread events about it are dropped from now
   pthread_mutex_destroy(&qp->mutex);  // the engine frees the QP: everything in it goes first
   pthread_cond_destroy(&qp->cond);
   {
@@ -170,8 +171,8 @@ int destroy_srq(ibv_srq* srq, bool wait) {
     std::lock_guard<std::mutex> lock(rt->emu);
     if (q->users != 0) return EBUSY;
   }
+  disown(srq->context, &ContextState::srqs, q);  // first: see destroy_qp
   if (wait) wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, &q->async_events_read);
-  disown(srq->context, &ContextState::srqs, q);
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
   std::lock_guard<std::mutex> lock(rt->emu);
@@ -188,6 +189,13 @@ int destroy_cq(ibv_cq* cq, bool wait) {
     std::erase(rt->armed, c);  // no more completion events for it
     c->notify_armed = false;
   }
+  {
+    // Forget it first (see destroy_qp): events read from now on are dropped.
+    ContextState* s = state_of(cq->context);
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    s->cqs.erase(c);
+    if (cq->channel != nullptr) --reinterpret_cast<UChannel*>(cq->channel)->cqs;
+  }
   if (wait) {
     // Every completion event and async event the application read, acknowledged.
     pthread_mutex_lock(&cq->mutex);
@@ -195,12 +203,6 @@ int destroy_cq(ibv_cq* cq, bool wait) {
            cq->async_events_completed != c->async_events_read)
       pthread_cond_wait(&cq->cond, &cq->mutex);
     pthread_mutex_unlock(&cq->mutex);
-  }
-  {
-    ContextState* s = state_of(cq->context);
-    std::lock_guard<std::mutex> lock(s->obj_mu);
-    s->cqs.erase(c);  // unread events about it are dropped from now
-    if (cq->channel != nullptr) --reinterpret_cast<UChannel*>(cq->channel)->cqs;
   }
   pthread_mutex_destroy(&cq->mutex);
   pthread_cond_destroy(&cq->cond);

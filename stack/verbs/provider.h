@@ -13,6 +13,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -58,7 +60,8 @@ inline Device* to_device(ibv_device* d) { return reinterpret_cast<Device*>(d); }
 /// and whoever wins runs the engine for everyone (drive()).
 struct Runtime {
   Device* dev = nullptr;
-  int refs = 0;  // open contexts (under the registry lock)
+  pid_t pid = 0;  // the process that opened it (a forked child's copy is not its own)
+  int refs = 0;   // open contexts (under the registry lock)
   std::unique_ptr<Port> port;
   std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
   std::unique_ptr<Port> fault;  // FaultInjector on top when the config asks for it
@@ -81,7 +84,7 @@ struct Runtime {
   /// Runs one engine pass unless another thread is running one: returns false then. With
   /// `posted`, new work is waiting: if the engine is busy, its holder runs another pass
   /// before letting go, so the work is never left behind.
-  bool drive(bool posted);
+  bool drive(bool posted, size_t* work = nullptr);
   /// One pass with `emu` held: engine poll, completion-channel and async events, counters.
   size_t pass_locked();
   /// Async events the engine raised, to their contexts' pipes (emu held).

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -31,7 +32,7 @@ namespace {
 
 std::mutex g_registry_mu;        // Device::runtime, Runtime::refs, g_live
 std::vector<Runtime*>* g_live;   // open runtimes, for the exit hook (never freed)
-pid_t g_live_pid = 0;            // the process g_live belongs to (fork copies it)
+std::atomic<pid_t> g_live_pid{0};  // the process g_live belongs to (fork copies it)
 // In a child after fork: the parent's runtimes, copied with its memory. Never used, never
 // freed (they hold the parent's sockets and threads that are not in this process).
 std::vector<Runtime*>* g_inherited;
@@ -184,10 +185,7 @@ void progress_loop(Runtime* rt) {
   uint32_t idle = 0;
   while (!rt->stop.load(std::memory_order_relaxed)) {
     size_t work = 0;
-    if (rt->emu.try_lock()) {
-      work = rt->pass_locked();
-      rt->emu.unlock();
-    }
+    rt->drive(false, &work);
     const bool app_polling =
         now_ns() - rt->last_app_poll.load(std::memory_order_relaxed) < 1'000'000;
     if (work != 0 && !app_polling) {
@@ -231,6 +229,7 @@ Runtime* open_runtime(Device* d) {
   }
   auto rt = std::make_unique<Runtime>();
   rt->dev = d;
+  rt->pid = getpid();
   drivers::DpdkConfig pc;
   pc.iface = dc.iface;
   pc.devargs = dc.devargs;
@@ -286,15 +285,25 @@ Runtime* open_runtime(Device* d) {
 }
 
 /// At exit (also with devices still open): stop the progress threads before anything they
-/// use is destroyed, and remove this process's counters files.
+/// use is destroyed, and remove this process's counters files (by name only: an application
+/// thread may still be running a pass that writes to the mapping).
 __attribute__((destructor)) void at_exit() {
+  if (g_live_pid.load() != getpid()) return;  // a forked child owns nothing (checked unlocked)
   std::lock_guard<std::mutex> lock(g_registry_mu);
-  if (g_live == nullptr || g_live_pid != getpid()) return;  // a forked child owns nothing
+  if (g_live == nullptr) return;
   for (Runtime* rt : *g_live) {
     rt->stop = true;
     if (rt->progress.joinable()) rt->progress.join();
-    close_stats(rt);
+    if (rt->stats != nullptr) shm_unlink(rt->stats_name.c_str());
   }
+}
+
+/// fork() copies the registry lock in whatever state another thread held it: take it around
+/// the fork so that the child's copy is free.
+void fork_prepare() { g_registry_mu.lock(); }
+void fork_release() { g_registry_mu.unlock(); }
+__attribute__((constructor)) void register_fork_handlers() {
+  pthread_atfork(fork_prepare, fork_release, fork_release);
 }
 
 }  // namespace
@@ -326,24 +335,28 @@ Runtime* acquire_runtime(Device* d) {
 
 void release_runtime(Runtime* rt) {
   std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (rt->pid != getpid()) return;  // the parent's, copied by fork: nothing here is ours
   if (--rt->refs > 0) return;
   rt->dev->runtime = nullptr;
   std::erase(*g_live, rt);
   teardown(rt);
 }
 
-bool Runtime::drive(bool posted) {
-  if (posted) pending.store(true, std::memory_order_release);
+bool Runtime::drive(bool posted, size_t* work) {
+  // seq_cst on `pending` on both sides: a poster's store and the holder's load after unlock
+  // must not pass each other (a try_lock that fails gives no ordering of its own).
+  if (posted) pending.store(true);
   bool ran = false;
   do {
     // Whoever holds the engine sees `pending` after it lets go (the loop below), so work
     // posted while it ran is never stranded.
     if (!emu.try_lock()) return ran;
-    pending.store(false, std::memory_order_relaxed);
-    pass_locked();
+    pending.store(false);
+    const size_t w = pass_locked();
+    if (work != nullptr) *work += w;
     emu.unlock();
     ran = true;
-  } while (pending.load(std::memory_order_acquire));
+  } while (pending.load());
   return ran;
 }
 
