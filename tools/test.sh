@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: builds and runs every test, four ways.
-#   1. plain build (RelWithDebInfo)                      -> build/
+# The test command: builds and runs every test, four ways, with warnings as errors
+# (UROCE_WERROR=ON; a plain `cmake` build leaves them warnings).
+#   1. plain build (Release: what a package is built as)  -> build/
 #   2. live interop with the kernel's Soft-RoCE: rdma_rxe in a qemu VM (../shared/rxe-vm),
 #      the ctest label "interop", plain build only (skipped without root or qemu)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/
@@ -18,7 +19,7 @@ quick=0
 stage() { printf '\n==== %s ====\n' "$*"; }
 
 stage "plain build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DUROCE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" -LE interop
 
@@ -28,13 +29,13 @@ stage "interop with the kernel's Soft-RoCE (rdma_rxe in qemu)"
 ctest --test-dir build --output-on-failure -L interop
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON -DUROCE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE interop
 
 stage "fuzzing the frame parser for ${UROCE_FUZZ_SECONDS:-60} s"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
+  -DUROCE_WERROR=ON -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
 cmake --build build-fuzz -j"$jobs"
 ctest --test-dir build-fuzz --output-on-failure
