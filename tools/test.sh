@@ -9,7 +9,11 @@
 #      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
 # Each stage ends with ctest's summary line; the script stops at the first failure.
 # Options: --quick skips the sanitizer and fuzz stages.
+# The tests that create network namespaces need root: started by another user the script runs
+# itself again through sudo when there is one, and otherwise runs with those tests skipped.
 set -euo pipefail
+. "$(dirname "$0")/lib/root.sh"
+become_root "$0" "$@" || echo "test: not root and no sudo: the network namespace tests will be skipped"
 cd "$(dirname "$0")/.."
 
 jobs=${UROCE_JOBS:-2}
