@@ -1,5 +1,5 @@
-# The Debian package: `cpack -G DEB` in a build tree (tests/install/deb_test.sh makes one,
-# installs it in a fresh directory and runs ibv_rc_pingpong through its `uroce run`).
+# The Debian package: `cpack -G DEB` in a build tree (the test install.deb makes one, unpacks
+# it into a fresh directory and runs ibv_rc_pingpong through its `uroce run`).
 # It holds what `cmake --install` installs, under /usr: the commands, their man pages, uroce's
 # libibverbs.so.1 in /usr/lib/uroce (private: it does not replace libibverbs1) and the sample
 # uroce.conf. Depends is computed by dpkg-shlibdeps from the binaries (libpcap, ISA-L, libnuma
@@ -21,7 +21,8 @@ set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# ibv_devinfo (`uroce devinfo`) and the pingpongs; perftest and the rdma-core the other host runs.
+# ibverbs-utils: ibv_devinfo for `uroce devinfo`, and the pingpongs; perftest and iproute2
+# (network namespaces) for trying uroce out.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "ibverbs-utils")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "perftest, iproute2")
 include(CPack)
