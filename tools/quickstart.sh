@@ -14,7 +14,7 @@ become_root "$0" "$@" || {
   exit 1
 }
 cd "$top"
-out=$(mktemp -d /tmp/uroce-quickstart.XXXXXX)
+out=$(mktemp -d -t uroce-quickstart.XXXXXX)
 fail() { echo "quickstart: $*" >&2; exit 1; }
 # Anything else that fails still ends with one line saying what.
 trap 'fail "line $LINENO failed: $BASH_COMMAND"' ERR
