@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything uroce needs to build and test, from Debian's packages only.
-# Safe to run again; run as root (or with sudo).
+# Safe to run again. Installing needs root: started by another user it runs itself again
+# through sudo when there is one.
 set -euo pipefail
+. "$(dirname "$0")/lib/root.sh"
 
 packages=(
   build-essential cmake pkg-config           # toolchain
@@ -25,11 +27,13 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+become_root "$0" "$@" || {
+  echo "install-deps: installing ${missing[*]} needs root, and there is no sudo: run it as root" >&2
+  exit 1
+}
 export DEBIAN_FRONTEND=noninteractive
 # tshark asks whether non-root users may capture; answer "no" without a prompt.
-echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "install-deps: installed ${missing[*]}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: builds and runs every test, four ways.
-#   1. plain build (RelWithDebInfo)                      -> build/
+# The test command: builds and runs every test, five ways, with warnings as errors
+# (UROCE_WERROR=ON; a plain `cmake` build leaves them warnings).
+#   1. plain build (Release: what a package is built as)  -> build/
 #   2. live interop with the kernel's Soft-RoCE: rdma_rxe in a qemu VM (../shared/rxe-vm),
 #      the ctest label "interop", plain build only (skipped without root or qemu)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/
@@ -10,7 +11,11 @@
 #      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
 # Each stage ends with ctest's summary line; the script stops at the first failure.
 # Options: --quick skips the sanitizer and fuzz stages.
+# The tests that create network namespaces need root: started by another user the script runs
+# itself again through sudo when there is one, and otherwise runs with those tests skipped.
 set -euo pipefail
+. "$(dirname "$0")/lib/root.sh"
+become_root "$0" "$@" || echo "test: not root and no sudo: the network namespace tests will be skipped"
 cd "$(dirname "$0")/.."
 
 jobs=${UROCE_JOBS:-2}
@@ -20,7 +25,7 @@ quick=0
 stage() { printf '\n==== %s ====\n' "$*"; }
 
 stage "plain build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DUROCE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" -LE interop
 
@@ -30,19 +35,19 @@ stage "interop with the kernel's Soft-RoCE (rdma_rxe in qemu)"
 ctest --test-dir build --output-on-failure -L interop
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON -DUROCE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE interop
 
 stage "ThreadSanitizer: the provider's threads (stress, contexts)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON -DUROCE_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target uroce_ibverbs runtime_test
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts)$'
 
 stage "fuzzing the frame parser for ${UROCE_FUZZ_SECONDS:-60} s"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
+  -DUROCE_WERROR=ON -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
 cmake --build build-fuzz -j"$jobs"
 ctest --test-dir build-fuzz --output-on-failure

@@ -130,6 +130,16 @@ TEST(Config, LoadReadsUroceConfigAndRejectsAMissingOne) {
   EXPECT_NE(err.find("cannot be read"), std::string::npos);
 }
 
+TEST(Config, TheSampleFileThatIsInstalledIsValid) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(load(env_of({{"UROCE_CONFIG", UROCE_SAMPLE_CONF}}), &c, &err)) << err;
+  ASSERT_EQ(c.devices.size(), 1u);
+  EXPECT_EQ(c.devices[0].name, "uroce0");
+  EXPECT_EQ(c.devices[0].iface, "eth0");
+  EXPECT_EQ(c.devices[0].mtu, 4096u);
+}
+
 TEST(Config, AddressesComeFromTheInterface) {
   DeviceConfig d;
   d.iface = "lo";

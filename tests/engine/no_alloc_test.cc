@@ -58,7 +58,8 @@ TEST(NoAlloc, SteadyStateTrafficAllocatesNothing) {
   rw.num_sge = 1;
   ibv_wc wc[16];
 
-  auto round = [&] {
+  // qa and qb by init-capture: clang 14 cannot capture structured bindings (C++20, clang 16).
+  auto round = [&, qa = qa, qb = qb] {
     ASSERT_EQ(p.b.engine->post_recv(qb, &rw, nullptr), 0);
     ASSERT_EQ(p.a.engine->post_send(qa, &send, nullptr), 0);
     int got_a = 0, got_b = 0;

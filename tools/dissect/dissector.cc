@@ -376,7 +376,9 @@ std::string ext_compact(const Frame& f) {
     else
       s += strf(" cmp=%" PRIu64 " swap=%" PRIu64, x.atomic.compare, x.atomic.swap_add);
   }
-  if (f.has_ext(Ext::kAeth)) s += " " + aeth_compact(x.aeth);
+  // Not `s += " " + aeth_compact(...)`: GCC 12 at -O3 sees an overlapping memcpy in
+  // `const char* + std::string&&` (a -Wrestrict false positive that breaks -Werror builds).
+  if (f.has_ext(Ext::kAeth)) s.append(" ").append(aeth_compact(x.aeth));
   if (f.has_ext(Ext::kAtomicAckEth)) s += strf(" orig=%" PRIu64, x.atomic_ack.orig);
   if (f.has_ext(Ext::kImmDt)) s += strf(" imm=0x%08x", x.imm.imm);
   if (f.has_ext(Ext::kIeth)) s += strf(" IETH rkey=0x%08x", x.ieth.rkey);

@@ -1,7 +1,7 @@
 # Shell helpers shared by the scripts that run verbs programs in network namespaces
 # (tools/quickstart.sh, tools/bench/verbs.sh, tests/verbs/verbs_programs.sh,
-# tests/verbs/runtime.sh, tests/verbs/pyverbs_suite.sh, tests/interop/interop.sh). Source it;
-# it defines functions only.
+# tests/verbs/runtime.sh, tests/verbs/pyverbs_suite.sh, tests/interop/interop.sh,
+# tests/install/). Source it; it defines functions only.
 
 # veth_ns NS ADDR_A [ADDR_B]: makes namespace NS holding both ends of a veth pair, NSa (with
 # ADDR_A, e.g. 10.99.0.1/24) and NSb (with ADDR_B if given), all up.
@@ -28,4 +28,25 @@ wait_listen() {
     sleep 0.1
   done
   echo "server never started listening on TCP $port"; return 1
+}
+
+# two_hosts NS_A NS_B IF_A IF_B NET: two "hosts", namespaces NS_A and NS_B joined by a veth
+# pair, IF_A (NET.1/24) in NS_A and IF_B (NET.2/24) in NS_B, all links up. Returns 1 if any
+# step fails. NET is three octets, e.g. 10.97.0.
+two_hosts() {
+  local a=$1 b=$2 ia=$3 ib=$4 net=$5
+  ip netns add "$a" && ip netns add "$b" && ip link add "$ia" type veth peer name "$ib" &&
+    ip link set "$ia" netns "$a" && ip link set "$ib" netns "$b" &&
+    ip -n "$a" link set lo up && ip -n "$b" link set lo up &&
+    ip -n "$a" link set "$ia" up && ip -n "$b" link set "$ib" up &&
+    ip -n "$a" addr add "$net.1/24" dev "$ia" && ip -n "$b" addr add "$net.2/24" dev "$ib"
+}
+
+# drop_hosts NS...: kills what still runs in each namespace and deletes it (and so its veth).
+drop_hosts() {
+  local ns
+  for ns in "$@"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
 }

@@ -7,12 +7,14 @@
 // Options (each sets the matching UROCE_* variable, see docs/config in README):
 //   --iface IF  --devargs ARGS  --ipv4 A  --ipv6 A  --mtu N  --vlan ID  --pcap FILE
 //   --config FILE
+// `uroce --help` and `uroce CMD --help` say the same in full; the man page is made from them.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -28,34 +30,101 @@ constexpr const char* kUsage =
     "usage: uroce run [options] -- CMD ARGS...   run an unmodified verbs program on uroce\n"
     "       uroce devinfo [options]              show the uroce device (ibv_devinfo -v)\n"
     "       uroce stats [PID]                    counters of running uroce processes\n"
+    "       uroce CMD --help                     what CMD does, in full\n"
+    "       uroce --version\n"
     "options: --iface IF --devargs ARGS --ipv4 ADDR --ipv6 ADDR --mtu N --vlan ID\n"
     "         --pcap FILE (record the traffic) --config FILE\n";
 
-/// Where our libibverbs.so.1 is: next to the build tree's lib/, or the configured path.
-std::string lib_dir(const char* argv0) {
-  if (const char* env = std::getenv("UROCE_LIB_DIR")) return env;
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    std::string dir(exe);
-    dir.resize(dir.rfind('/'));  // .../tools/uroce
-    for (const char* rel : {"/../../lib", "/../lib"}) {
-      const std::string cand = dir + rel;
-      if (access((cand + "/libibverbs.so.1").c_str(), R_OK) == 0) return cand;
-    }
+constexpr const char* kOptionsHelp =
+    "\n"
+    "Options (each sets the UROCE_* variable named after it; unset, the configuration file\n"
+    "$UROCE_CONFIG, else /etc/uroce.conf, decides):\n"
+    "  --iface IF       the Linux interface of device uroce0 (opened with DPDK's net_af_packet)\n"
+    "  --devargs ARGS   a DPDK device instead, e.g. net_tap0,iface=tap0\n"
+    "  --ipv4 ADDR      the RoCE IPv4 address (default: the interface's)\n"
+    "  --ipv6 ADDR      the RoCE IPv6 address (default: the interface's global one)\n"
+    "  --mtu N          the largest RoCE MTU offered: 256, 512, 1024, 2048 or 4096\n"
+    "  --vlan ID        802.1Q VLAN id of the RoCE traffic (0: untagged)\n"
+    "  --pcap FILE      record the device's traffic (read it with uroce-dissect)\n"
+    "  --config FILE    the configuration file (see the sample uroce.conf)\n"
+    "Other settings (UROCE_FAULT, UROCE_EXCLUSIVE, ...) are read from the environment.\n";
+
+constexpr const char* kRunHelp =
+    "usage: uroce run [options] [--] CMD ARGS...\n"
+    "\n"
+    "Runs CMD, an unmodified verbs program (ibv_rc_pingpong, perftest, ...), on uroce's\n"
+    "libibverbs.so.1 instead of rdma-core's: uroce's library directory goes first in\n"
+    "LD_LIBRARY_PATH, nothing else changes. The device is uroce0; GID index 1 is its RoCEv2\n"
+    "IPv4 GID (-g 1 for the pingpongs, -x 1 for perftest).\n"
+    "The library is found from where this uroce is: an install's private directory\n"
+    "(bin/../lib/uroce), or the build tree's lib/; $UROCE_LIB_DIR overrides both.\n";
+
+constexpr const char* kDevinfoHelp =
+    "usage: uroce devinfo [options]\n"
+    "\n"
+    "Shows the uroce device as rdma-core's ibv_devinfo -v does (ibverbs-utils must be\n"
+    "installed): uroce run [options] -- ibv_devinfo -v.\n";
+
+constexpr const char* kStatsHelp =
+    "usage: uroce stats [PID]\n"
+    "\n"
+    "Prints, for every running process with a uroce device open (or only process PID), each\n"
+    "non-zero counter with its meaning: drops by reason, NAKs sent and received,\n"
+    "retransmissions, timeouts, ARP. Counters left behind by processes that are gone are\n"
+    "removed.\n";
+
+bool is_help(const char* arg) { return !std::strcmp(arg, "--help") || !std::strcmp(arg, "-h"); }
+
+/// Prints a command's help (with the device options where it takes them); returns 0.
+int help(const char* text, bool with_options) {
+  std::fputs(text, stdout);
+  if (with_options) std::fputs(kOptionsHelp, stdout);
+  return 0;
+}
+
+bool readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+/// Where uroce's libibverbs.so.1 is, found from where this program is: $UROCE_LIB_DIR, else
+/// an install's private directory (UROCE_LIB_FROM_BIN, relative to the bin directory), else
+/// the build tree's lib/ (tools/uroce/../../lib). The build tree is recognised by its
+/// CMakeCache.txt, so an installed uroce never takes a system library directory for it.
+/// Returns "" with *looked set to the places tried when there is none.
+std::string lib_dir(std::string* looked) {
+  if (const char* env = std::getenv("UROCE_LIB_DIR")) {
+    *looked = env;
+    return readable(std::string(env) + "/libibverbs.so.1") ? env : "";
   }
-  (void)argv0;
-  return UROCE_DEFAULT_LIB_DIR;
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) {
+    *looked = "(cannot read /proc/self/exe)";
+    return "";
+  }
+  exe[n] = '\0';
+  std::string dir(exe);
+  dir.resize(dir.rfind('/'));
+  const std::string installed = dir + "/" UROCE_LIB_FROM_BIN;
+  const std::string build_tree = dir + "/../../lib";
+  *looked = installed + " (an install), " + build_tree + " (a build tree)";
+  std::vector<std::string> candidates = {installed};
+  if (readable(dir + "/../../CMakeCache.txt")) candidates.push_back(build_tree);
+  for (const std::string& cand : candidates) {
+    if (!readable(cand + "/libibverbs.so.1")) continue;
+    char real[PATH_MAX];
+    return realpath(cand.c_str(), real) != nullptr ? std::string(real) : cand;
+  }
+  return "";
 }
 
 /// Consumes options into the environment; returns the index of the first non-option.
-int apply_options(int argc, char** argv, int i) {
+/// `--help` among them prints `help_text` and exits 0.
+int apply_options(int argc, char** argv, int i, const char* help_text) {
   static const char* const kMap[][2] = {{"--iface", "UROCE_IFACE"}, {"--devargs", "UROCE_DEVARGS"},
                                         {"--ipv4", "UROCE_IPV4"},   {"--ipv6", "UROCE_IPV6"},
                                         {"--mtu", "UROCE_MTU"},     {"--vlan", "UROCE_VLAN"},
                                         {"--pcap", "UROCE_PCAP"},   {"--config", "UROCE_CONFIG"}};
-  while (i < argc && std::strncmp(argv[i], "--", 2) == 0 && std::strcmp(argv[i], "--") != 0) {
+  while (i < argc && argv[i][0] == '-' && std::strcmp(argv[i], "--") != 0) {
+    if (is_help(argv[i])) std::exit(help(help_text, true));
     bool known = false;
     for (const auto& [opt, var] : kMap) {
       if (std::strcmp(argv[i], opt) == 0) {
@@ -77,11 +146,14 @@ int apply_options(int argc, char** argv, int i) {
   return i;
 }
 
-int exec_with_uroce(const char* argv0, char** cmd) {
-  const std::string dir = lib_dir(argv0);
-  if (access((dir + "/libibverbs.so.1").c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "uroce: %s/libibverbs.so.1 not found: build uroce first or set UROCE_LIB_DIR\n",
-                 dir.c_str());
+int exec_with_uroce(char** cmd) {
+  std::string looked;
+  const std::string dir = lib_dir(&looked);
+  if (dir.empty()) {
+    std::fprintf(stderr,
+                 "uroce: uroce's libibverbs.so.1 is not in %s: install uroce, build the "
+                 "uroce_ibverbs target, or set UROCE_LIB_DIR\n",
+                 looked.c_str());
     return 1;
   }
   std::string path = dir;
@@ -148,36 +220,43 @@ int stats(int only_pid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+  if (argc < 2 || is_help(argv[1])) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--version") {
+    std::printf("uroce %s\n", UROCE_VERSION);
+    return 0;
+  }
   if (cmd == "run") {
-    int i = apply_options(argc, argv, 2);
+    int i = apply_options(argc, argv, 2, kRunHelp);
     if (i < argc && !std::strcmp(argv[i], "--")) ++i;
     if (i >= argc) {
       std::fprintf(stderr, "uroce: run needs a command: uroce run [options] -- CMD ARGS...\n");
       return 2;
     }
-    return exec_with_uroce(argv[0], argv + i);
+    return exec_with_uroce(argv + i);
   }
   if (cmd == "devinfo") {
-    const int i = apply_options(argc, argv, 2);
+    const int i = apply_options(argc, argv, 2, kDevinfoHelp);
     if (i != argc) {
-      std::fprintf(stderr, "uroce: devinfo takes only options\n");
+      std::fprintf(stderr, "uroce: devinfo takes only options (uroce devinfo --help)\n");
       return 2;
     }
     char a0[] = "ibv_devinfo", a1[] = "-v";
     char* args[] = {a0, a1, nullptr};
-    return exec_with_uroce(argv[0], args);
+    return exec_with_uroce(args);
   }
   if (cmd == "stats") {
-    if (argc > 3) {
-      std::fprintf(stderr, "%s", kUsage);
+    if (argc == 3 && is_help(argv[2])) return help(kStatsHelp, false);
+    char* end = nullptr;
+    const long pid = argc == 3 ? std::strtol(argv[2], &end, 10) : 0;
+    if (argc > 3 || (argc == 3 && (*end != '\0' || pid <= 0 || pid > INT_MAX))) {
+      std::fprintf(stderr, "uroce: stats takes one process id at most: uroce stats [PID]\n");
       return 2;
     }
-    return stats(argc == 3 ? std::atoi(argv[2]) : 0);
+    return stats(static_cast<int>(pid));
   }
   std::fprintf(stderr, "uroce: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
