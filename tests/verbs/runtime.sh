@@ -2,6 +2,8 @@
 # The provider's process model (tests/verbs/runtime_test.c) in a network namespace of its
 # own: a veth pair with both ends inside it, so that one process can open a device on each.
 # Usage: runtime.sh LIBDIR RUNTIME_TEST MODE [ARGS...]. Needs root (exit 77 = skipped).
+# MODE "reap": what a killed uroce process leaves (its counters file in /dev/shm, a DPDK runtime
+# directory) is removed by the next process that opens a device (the program runs "affinity").
 set -euo pipefail
 lib=$1 bin=$2; shift 2
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
@@ -15,6 +17,16 @@ veth_ns "$ns" 10.99.0.1/24 10.99.0.2/24
 second=${ns}b
 [ "$1" = "failed" ] && second=${ns}none
 printf '[uroce0]\niface = %s\n[uroce1]\niface = %s\n' "${ns}a" "$second" >"$dir/uroce.conf"
+reap=0
+if [ "$1" = "reap" ]; then
+  reap=1
+  shift
+  set -- affinity "$@"
+  # A process that is gone: its pid, and the files a kill -9 would have left of it.
+  true & dead=$!; wait "$dead"
+  : >"/dev/shm/uroce-$dead-uroce0"
+  mkdir -p "/var/run/dpdk/uroce-$dead"
+fi
 counters() { ls /dev/shm | grep -E '^uroce-[0-9]+-' | sort || true; }
 before=$(counters)
 # In the sanitizer build the program itself runs with leak checking on (the ASan options
@@ -29,3 +41,8 @@ for f in $(comm -13 <(echo "$before") <(counters)); do
   pid=${f#uroce-}; pid=${pid%%-*}
   kill -0 "$pid" 2>/dev/null || { echo "FAIL: /dev/shm/$f left behind"; exit 1; }
 done
+if [ $reap -eq 1 ]; then
+  [ ! -e "/dev/shm/uroce-$dead-uroce0" ] || { echo "FAIL: /dev/shm/uroce-$dead-uroce0 not reaped"; exit 1; }
+  [ ! -e "/var/run/dpdk/uroce-$dead" ] || { echo "FAIL: /var/run/dpdk/uroce-$dead not reaped"; exit 1; }
+  echo "ok: the counters file and DPDK directory of a dead process were reaped by the next open"
+fi
