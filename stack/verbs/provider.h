@@ -72,7 +72,7 @@ struct Runtime {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last drove the engine
   int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
-  int qpn_lock_fd = -1;        // flock held on this process's QPN block of the interface
+  int qpn_claim_fd = -1;       // abstract Unix socket naming this process's QPN block
   StatsShm* stats = nullptr;   // published counters (uroce stats), or null
   std::string stats_name;
   uint64_t stats_next = 0;     // under emu

@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,30 +75,33 @@ int silence_kernel(const config::DeviceConfig& dc) {
 }
 
 /// Several processes may open the same device (interface); each runs its own engine, so their
-/// QPNs must not overlap. Each claims a block of QPNs by holding an flock on a file named
-/// after the interface and the block number: the first free block wins, and the kernel
-/// releases the lock when the process exits however it ends. Block 0 starts at 0x11 as in
-/// rdma_rxe. Returns the first QPN (0x11 if no lock file can be made) and the lock's fd.
-uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* lock_fd) {
+/// QPNs must not overlap. Each claims a block of QPNs by binding an abstract-namespace Unix
+/// socket named after the interface and the block number: the first free name wins, and the
+/// kernel releases it when the socket closes, however the process ends. Abstract names belong
+/// to the network namespace, as interfaces do, and leave no file anywhere. Block 0 starts at
+/// 0x11 as in rdma_rxe. Returns the first QPN (0x11 if no block can be claimed) and the
+/// socket.
+uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
   constexpr uint32_t kBlock = 0x10000;  // QPNs per process (max_qp is 4096)
-  std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
-  for (char& c : key)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
-  *lock_fd = -1;
+  const std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
+  *claim_fd = -1;
   for (uint32_t n = 0; n < 64; ++n) {
-    const std::string path = "/dev/shm/uroce-qpn-" + key + "-" + std::to_string(n) + ".lock";
-    // flock needs only a read-only descriptor, so a file another user made works too.
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fd = open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) continue;  // unusable (e.g. created meanwhile and not readable): next block
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      *lock_fd = fd;
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    const std::string name = "uroce-qpn-" + key + "-" + std::to_string(n);
+    const size_t len = std::min(name.size(), sizeof a.sun_path - 1);
+    std::memcpy(a.sun_path + 1, name.data(), len);  // sun_path[0] == 0: the abstract namespace
+    const auto alen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), alen) == 0) {
+      *claim_fd = fd;
       return 0x11 + n * kBlock;
     }
-    close(fd);
+    close(fd);  // EADDRINUSE: another process has this block
   }
-  std::fprintf(stderr, "uroce: %s: no free QPN block in /dev/shm (64 processes on it?): using "
-               "QPNs from 0x11, which may collide with another process\n", key.c_str());
+  std::fprintf(stderr, "uroce: %s: no free QPN block (64 processes on it?): using QPNs from "
+               "0x11, which may collide with another process\n", key.c_str());
   return 0x11;
 }
 
@@ -157,7 +161,16 @@ bool is_dead(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 void reap_leftovers() {
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
-      if (is_dead(owner_pid(e->d_name))) shm_unlink((std::string("/") + e->d_name).c_str());
+      const std::string name = e->d_name;
+      if (is_dead(owner_pid(e->d_name))) {
+        shm_unlink(("/" + name).c_str());
+      } else if (name.starts_with("uroce-qpn-") && name.ends_with(".lock")) {
+        // QPN lock files of earlier uroce versions (now abstract sockets): gone once unheld.
+        const std::string path = "/dev/shm/" + name;
+        const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(path.c_str());
+        if (fd >= 0) close(fd);
+      }
     }
     closedir(d);
   }
@@ -209,7 +222,7 @@ void teardown(Runtime* rt) {
   rt->stop = true;
   if (rt->progress.joinable()) rt->progress.join();
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
-  if (rt->qpn_lock_fd >= 0) close(rt->qpn_lock_fd);
+  if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
   close_stats(rt);
   rt->engine.reset();
   rt->fault.reset();
@@ -274,7 +287,7 @@ Runtime* open_runtime(Device* d) {
   ec.active_mtu = static_cast<ibv_mtu>(std::countr_zero(dc.mtu) - 7);
   ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
   ec.node_guid = d->guid;
-  ec.first_qpn = claim_qpn_block(dc, &rt->qpn_lock_fd);
+  ec.first_qpn = claim_qpn_block(dc, &rt->qpn_claim_fd);
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->quiet_fd = silence_kernel(dc);
   rt->stats_name = stats_shm_name(getpid(), dc.name);
