@@ -116,7 +116,14 @@ wait_listen "$nsB"
 ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
   timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 10.95.0.2 >"$dir/client.log" 2>&1 &
 client=$!
-sleep 2
+# Kill it once the transfer runs (perftest prints its table header when the measurement
+# starts), not after a guessed delay: a loaded machine may still be connecting after seconds.
+for _ in $(seq 300); do
+  grep -q '#bytes' "$dir/client.log" 2>/dev/null && break
+  kill -0 "$client" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q '#bytes' "$dir/client.log" || { echo "FAIL: the transfer never started"; cat "$dir/client.log"; exit 1; }
 ip netns pids "$nsB" | xargs -r kill -9
 wait "$server" 2>/dev/null || true
 start=$(date +%s)
