@@ -114,10 +114,12 @@ ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
 server=$!
 wait_listen "$nsB"
 ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
-  timeout 60 ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 10.95.0.2 >"$dir/client.log" 2>&1 &
+  timeout 60 stdbuf -oL ib_write_bw -d uroce0 -x 1 -s 65536 -n 1000000 10.95.0.2 \
+  >"$dir/client.log" 2>&1 &
 client=$!
-# Kill it once the transfer runs (perftest prints its table header when the measurement
-# starts), not after a guessed delay: a loaded machine may still be connecting after seconds.
+# Kill it once the transfer runs (perftest prints its table header, line-buffered here, when
+# the measurement starts), not after a guessed delay: a loaded machine may still be
+# connecting after seconds.
 for _ in $(seq 300); do
   grep -q '#bytes' "$dir/client.log" 2>/dev/null && break
   kill -0 "$client" 2>/dev/null || break
