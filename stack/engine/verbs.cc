@@ -202,9 +202,7 @@ int Engine::resize_cq(Cq* cq, int cqe) {
   if (cq == nullptr || cqe < 1 || static_cast<uint32_t>(cqe) > cfg_.max_cqe) return EINVAL;
   std::lock_guard<std::mutex> consumers(cq->mu);  // with the engine's: both sides of the ring
   if (static_cast<size_t>(cqe) < cq->ring.size()) return EINVAL;  // would lose completions
-  Ring<ibv_wc> resized(static_cast<size_t>(cqe));
-  for (size_t i = 0; i < cq->ring.size(); ++i) resized.push(cq->ring.at(i));
-  cq->ring = std::move(resized);
+  cq->ring.resize(static_cast<size_t>(cqe));
   cq->ibv.cqe = cqe;
   return 0;
 }
@@ -255,11 +253,7 @@ int Engine::modify_srq(Srq* srq, ibv_srq_attr* attr, int mask) {
   }
   const uint32_t limit = (mask & IBV_SRQ_LIMIT) ? attr->srq_limit : srq->limit;
   if (limit > max_wr) return EINVAL;
-  if (mask & IBV_SRQ_MAX_WR) {
-    Ring<RecvWqe> resized(max_wr);
-    for (size_t i = 0; i < srq->ring.size(); ++i) resized.push(srq->ring.at(i));
-    srq->ring = std::move(resized);
-  }
+  if (mask & IBV_SRQ_MAX_WR) srq->ring.resize(max_wr);
   srq->limit = limit;  // a limit set here arms the limit event
   return 0;
 }

@@ -62,6 +62,12 @@ class Ring {
   const T& at(size_t i) const {
     return slots_[(head_.load(std::memory_order_relaxed) + i) & mask()];
   }
+  /// A new capacity (at least size()), the elements kept in order. Both sides held.
+  void resize(size_t capacity) {
+    Ring bigger(capacity);
+    for (size_t i = 0; i < size(); ++i) bigger.push(at(i));
+    *this = std::move(bigger);
+  }
   void clear() {
     head_.store(0, std::memory_order_relaxed);
     tail_.store(0, std::memory_order_relaxed);

@@ -92,5 +92,22 @@ TEST(Ring, InPlacePushAndClear) {
   EXPECT_FALSE(r.push(Big{}));
 }
 
+TEST(Ring, ResizeKeepsTheElementsInOrder) {
+  Ring<int> r(4);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(r.push(i));
+  r.pop();  // the kept elements start past the first slot
+  ASSERT_TRUE(r.push(4));
+  r.resize(6);
+  EXPECT_EQ(r.capacity(), 6u);
+  ASSERT_EQ(r.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(r.at(i), static_cast<int>(i) + 1);
+  EXPECT_TRUE(r.push(5));
+  EXPECT_TRUE(r.push(6));
+  EXPECT_FALSE(r.push(7));  // full at the new capacity
+  r.resize(6);              // to the same size: nothing lost
+  EXPECT_EQ(r.size(), 6u);
+  EXPECT_EQ(r.back(), 6);
+}
+
 }  // namespace
 }  // namespace uroce
