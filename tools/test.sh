@@ -32,7 +32,10 @@ ctest --test-dir build --output-on-failure -j"$jobs" -LE interop
 [ $quick -eq 1 ] && exit 0
 
 stage "interop with the kernel's Soft-RoCE (rdma_rxe in qemu)"
-ctest --test-dir build --output-on-failure -L interop
+# A case that fails runs once more (its first failure stays in the output): the kernel's
+# perftest client under the guest's random netem loss has been seen to exit without a result
+# about once in 200 cases (docs/interop.md). A failure that repeats fails the stage.
+ctest --test-dir build --output-on-failure -L interop --repeat until-pass:2
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON -DUROCE_WERROR=ON >/dev/null
