@@ -55,7 +55,9 @@ namespace uroce {
   X(arp_received, "ARP packets received")                                               \
   X(arp_replies_sent, "ARP replies sent for our IPv4 address")                          \
   X(arp_requests_sent, "ARP requests sent to resolve a neighbour")                      \
-  X(arp_failures, "neighbours that did not answer ARP")
+  X(arp_failures, "neighbours that did not answer ARP")                                 \
+  X(access_revoked, "WRITE/READ stopped mid-message: its MR was deregistered or changed") \
+  X(inv_rkey_refused, "SEND with invalidate naming a key that cannot be invalidated")
 
 enum class Counter : uint16_t {
 #define UROCE_X(id, text) id,

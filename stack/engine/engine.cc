@@ -37,7 +37,7 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
     : port_(port),
       cfg_(cfg),
       mac_(port.mac()),
-      mrs_(cfg.max_mr, cfg.seed),
+      mrs_(cfg.max_mr, cfg.key_seed),
       active_(cfg.max_qp),
       events_(4096),
       loopback_(4096) {
@@ -47,7 +47,8 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
   cfg_.max_rd_atomic = std::clamp<uint8_t>(cfg_.max_rd_atomic, 1, kMaxRdAtomic);
   // QPNs are 24 bits; 0 and 1 are the special QPs.
   cfg_.max_qp = std::clamp<uint32_t>(cfg_.max_qp, 1, 0x1000000 - kFirstQpn);
-  cfg_.first_qpn = std::clamp<uint32_t>(cfg_.first_qpn, kFirstQpn, 0x1000000 - cfg_.max_qp);
+  cfg_.qpn_span = std::clamp<uint32_t>(cfg_.qpn_span, cfg_.max_qp, 0x1000000 - kFirstQpn);
+  cfg_.first_qpn = std::clamp<uint32_t>(cfg_.first_qpn, kFirstQpn, 0x1000000 - cfg_.qpn_span);
   // The active MTU can't exceed what fits in the port's frames.
   while (cfg_.active_mtu > IBV_MTU_256 &&
          mtu_bytes(cfg_.active_mtu) + 18 + 40 + 8 + 60 + 4 > port_.max_frame_len())

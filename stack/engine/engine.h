@@ -59,12 +59,17 @@ struct EngineConfig {
   uint32_t tx_window = 512;    // unacknowledged packets per RC QP
   uint32_t qp_budget = 64;     // packets a QP may send per poll
   uint32_t ack_every = 64;     // AckReq at least every this many packets inside a message
-  uint64_t seed = 0x726f6365;  // R_Key randomness and anything else random
+  uint64_t seed = 0x726f6365;  // anything random but keys
+  uint64_t key_seed = 0;       // L_Key/R_Key generator: 0 = the OS's random source (getrandom);
+                               // tests set one so that their keys repeat
   uint64_t node_guid = 0;      // 0: derived from the MAC
   // First QPN this engine hands out. Several processes may run an engine each on one
   // interface (one "device" shared as with any RDMA device); their QPNs must not overlap,
   // since a frame is delivered by QPN. The verbs provider gives each process its own block.
   uint32_t first_qpn = 0x11;
+  // How many QPNs from first_qpn are this engine's (the provider's block per process). They
+  // are handed out in rotation; at least max_qp.
+  uint32_t qpn_span = 0x10000;
 };
 
 struct AsyncEvent {
@@ -114,6 +119,7 @@ class Engine {
   /// ibv_rereg_mr: the MR keeps its key; 0 or the errno.
   int rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
   int dereg_mr(mem::Mr* mr);
+  const mem::MrTable& mr_table() const { return mrs_; }
   Cq* create_cq(int cqe);
   /// ibv_resize_cq: EINVAL if the CQ holds more completions than `cqe`.
   int resize_cq(Cq* cq, int cqe);
@@ -125,6 +131,12 @@ class Engine {
   Ah* create_ah(mem::Pd* pd, const ibv_ah_attr* attr);
   int destroy_ah(Ah* ah);
   Qp* create_qp(mem::Pd* pd, ibv_qp_init_attr* attr);
+  /// Where the rotation looks for the next QPN (uroce-replay recreates a capture's QPNs):
+  /// the next create_qp gets `qpn` if it is in this engine's span and free.
+  void set_next_qpn(uint32_t qpn) {
+    if (qpn >= cfg_.first_qpn && qpn - cfg_.first_qpn < cfg_.qpn_span)
+      next_qpn_slot_ = qpn - cfg_.first_qpn;
+  }
   int modify_qp(Qp* qp, ibv_qp_attr* attr, int mask);
   int query_qp(const Qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
   int destroy_qp(Qp* qp);
@@ -265,6 +277,8 @@ class Engine {
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Ah>> ahs_;
   std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - cfg_.first_qpn
+  size_t qp_count_ = 0;                   // live QPs (at most max_qp)
+  size_t next_qpn_slot_ = 0;              // where the search for a free QPN starts
   uint32_t next_handle_ = 1;
 
   TimerWheel timers_;

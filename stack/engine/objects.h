@@ -159,7 +159,6 @@ struct RdAtomicRes {
   uint64_t va = 0;
   uint32_t rkey = 0;
   uint32_t length = 0;
-  uint32_t msn = 0;
   uint64_t atomic_orig = 0;
   // Response stream: packets [next, npkts) still to send (READ); atomic ack pending.
   uint32_t next = 0;
@@ -253,7 +252,11 @@ struct Qp {
   bool have_rwqe = false;
   RecvWqe rwqe;
   uint32_t rwqe_offset = 0;
-  uint8_t* write_ptr = nullptr;  // RDMA WRITE target in progress
+  // RDMA WRITE in progress: its R_Key and the address of its next byte. Every packet checks
+  // them again (never a pointer kept from the first), so ibv_dereg_mr between two packets
+  // stops the WRITE.
+  uint32_t write_rkey = 0;
+  uint64_t write_va = 0;
   uint32_t write_left = 0;
   uint32_t write_len = 0;
   // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin).
@@ -269,6 +272,7 @@ struct Qp {
   bool scheduled = false;  // in the engine's active list
   bool flush_pending = false;
   bool sq_drained_notified = false;
+  bool last_wqe_reached = false;  // IBV_EVENT_QP_LAST_WQE_REACHED raised (SRQ QPs), until reset
 };
 
 // The verbs structures carry ibv_* pointers; our objects start with that ibv_* member.

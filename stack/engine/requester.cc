@@ -17,6 +17,14 @@ uint32_t packets_for(uint32_t length, uint32_t mtu) {
   return length == 0 ? 1 : (length + mtu - 1) / mtu;
 }
 
+/// The PSNs a WQE takes: one per packet of a SEND or WRITE, one per response packet of a
+/// READ (the responder numbers them), one for an atomic.
+uint32_t psn_span(const SendWqe& w, uint32_t mtu) {
+  const bool atomic = w.opcode == IBV_WR_ATOMIC_WRITE || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                      w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  return atomic ? 1 : packets_for(w.length, mtu);
+}
+
 /// The BTH opcode for packet `idx` of `n` of a SEND or RDMA WRITE on an RC or UC QP.
 uint8_t data_opcode(ibv_qp_type type, ibv_wr_opcode op, uint32_t idx, uint32_t n) {
   const uint8_t base = type == IBV_QPT_UC ? 0x20 : 0x00;
@@ -194,7 +202,8 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       // A new WQE: may it start now?
       if (qp->state == IBV_QPS_SQD) break;  // draining: no new work
       if (qp->type == IBV_QPT_RC) {
-        const uint32_t n = w.is_read_or_atomic() ? 1 : packets_for(w.length, qp->mtu);
+        // All the PSNs it will take, a READ's response packets included.
+        const uint32_t n = psn_span(w, qp->mtu);
         if (qp->sq_psn - qp->comp_psn + static_cast<int32_t>(n) >
                 static_cast<int32_t>(cfg_.tx_window) &&
             qp->sq_psn != qp->comp_psn)
@@ -217,10 +226,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         continue;
       }
       w.first_psn = qp->sq_psn;
-      w.npkts = packets_for(w.length, qp->mtu);
-      if (w.opcode == IBV_WR_ATOMIC_WRITE || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-          w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-        w.npkts = 1;
+      w.npkts = psn_span(w, qp->mtu);
       w.sent = 0;
       w.state = WqeState::kSending;
       qp->sq_psn += static_cast<int32_t>(w.npkts);

@@ -238,12 +238,13 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       }
       if (info.ends_message()) {
         if (info.has(Ext::kIeth)) {
-          mem::Mr* mr = mrs_.find(p.hdr.ext.ieth.rkey);
-          if (mr == nullptr || mr->pd != qp->pd) {
-            reject(NakCode::kInvalidRequest, IBV_WC_LOC_PROT_ERR);
-            return;
-          }
-          mrs_.dereg(mr);
+          // Only memory windows and fast-registration MRs may be invalidated remotely (IBA
+          // 10.6.6; rxe refuses an ibv_reg_mr MR too). uroce has neither (ibv_alloc_mw and
+          // IBV_ACCESS_MW_BIND are EOPNOTSUPP), so no key can be: the peer's request is
+          // invalid, and the MR its key names stays exactly as it was.
+          counters_.inc(Counter::inv_rkey_refused);
+          reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+          return;
         }
         qp->in_msg = false;
         qp->msn = (qp->msn + 1) & 0xFFFFFF;
@@ -259,28 +260,43 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         return;
       }
       if (info.starts_message()) {
-        const RethRepr& r = p.hdr.ext.reth;
-        uint8_t* host = nullptr;
-        if (r.dma_len != 0) {
-          // The QP must allow remote writes, and the R_Key must cover [va, va+len).
-          if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
-              mrs_.check(r.rkey, qp->pd, r.va, r.dma_len, IBV_ACCESS_REMOTE_WRITE, &host) !=
-                  mem::AccessError::kOk) {
+        // The QP must allow remote writes (the R_Key is checked below, packet by packet).
+        if (p.hdr.ext.reth.dma_len != 0 && !(qp->access & IBV_ACCESS_REMOTE_WRITE)) {
+          reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+          return;
+        }
+        qp->in_msg = true;
+        qp->msg_op = Operation::kWrite;
+        qp->write_rkey = p.hdr.ext.reth.rkey;
+        qp->write_va = p.hdr.ext.reth.va;
+        qp->write_left = qp->write_len = p.hdr.ext.reth.dma_len;
+        if (qp->write_len != 0) {
+          // The whole range once, so that nothing is written of a WRITE that cannot fit.
+          uint8_t* host = nullptr;
+          if (mrs_.check(qp->write_rkey, qp->pd, qp->write_va, qp->write_len,
+                         IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
             reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
             return;
           }
         }
-        qp->in_msg = true;
-        qp->msg_op = Operation::kWrite;
-        qp->write_ptr = host;
-        qp->write_left = qp->write_len = r.dma_len;
       }
       if (len > qp->write_left) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      if (len != 0) std::memcpy(qp->write_ptr, p.payload.data(), len);
-      qp->write_ptr += len;
+      if (len != 0) {
+        // This packet's bytes, against the MR as it is now: deregistered (or re-registered)
+        // since the first packet means a remote access error, and nothing written.
+        uint8_t* host = nullptr;
+        if (mrs_.check(qp->write_rkey, qp->pd, qp->write_va, len, IBV_ACCESS_REMOTE_WRITE,
+                       &host) != mem::AccessError::kOk) {
+          counters_.inc(Counter::access_revoked);
+          reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+          return;
+        }
+        std::memcpy(host, p.payload.data(), len);
+      }
+      qp->write_va += len;
       qp->write_left -= len;
       if (info.ends_message()) {
         if (qp->write_left != 0) {
@@ -316,7 +332,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
       const uint32_t n = packets_for(r.dma_len, qp->mtu);
       qp->msn = (qp->msn + 1) & 0xFFFFFF;
-      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, qp->msn, 0, 0, true};
+      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, 0, 0, true};
       ++qp->res_sending;
       qp->epsn = psn + static_cast<int32_t>(n);  // a READ uses one PSN per response packet
       schedule(qp);
@@ -332,7 +348,9 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if ((a.va & 7) != 0) {
+      // Aligned for the peer (the iova) and for us (the host address: ibv_reg_mr_iova2 may
+      // map an aligned iova onto an unaligned buffer, where an atomic op is not atomic).
+      if ((a.va & 7) != 0 || (reinterpret_cast<uintptr_t>(host) & 7) != 0) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
@@ -352,7 +370,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
       }
       qp->msn = (qp->msn + 1) & 0xFFFFFF;
-      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, qp->msn, orig, 0, true};
+      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, orig, 0, true};
       ++qp->res_sending;
       qp->epsn = psn + 1;
       schedule(qp);
@@ -367,7 +385,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if ((r.va & 7) != 0 || r.dma_len != 8) {
+      if ((r.va & 7) != 0 || (reinterpret_cast<uintptr_t>(host) & 7) != 0 || r.dma_len != 8) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
@@ -394,10 +412,12 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       // Replay from saved state, honouring the duplicate's own (possibly smaller) range.
       RdAtomicRes* r = find_res(qp, psn);
       if (r == nullptr || r->atomic) return;
+      // Checked again as if new: the QP's access flags or the MR may have changed since.
       const RethRepr& reth = p.hdr.ext.reth;
       if (reth.dma_len != 0) {
         uint8_t* host;
-        if (mrs_.check(reth.rkey, qp->pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ,
+        if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
+            mrs_.check(reth.rkey, qp->pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ,
                        &host) != mem::AccessError::kOk)
           return;
       }
@@ -438,9 +458,14 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   uint8_t* host = nullptr;
   if (len != 0 && mrs_.check(r.rkey, qp->pd, r.va + offset, len, IBV_ACCESS_REMOTE_READ,
                              &host) != mem::AccessError::kOk) {
-    // The MR went away mid-stream: stop; the requester's timer reports it.
+    // The MR was deregistered (or changed) since the request was checked: not one more
+    // byte of it goes out. NAK this response's PSN; the requester's READ fails with a
+    // remote access error.
+    counters_.inc(Counter::access_revoked);
     r.sending = false;
     --qp->res_sending;
+    responder_error(qp, NakCode::kRemoteAccessError, r.first_psn + static_cast<int32_t>(i),
+                    IBV_WC_REM_ACCESS_ERR);
     return false;
   }
   RoceHeaders h = qp->tx_template;
@@ -449,7 +474,9 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
                  : i + 1 == r.npkts ? opcode::kRcReadResponseLast
                                     : opcode::kRcReadResponseMiddle;
   h.bth.psn = (r.first_psn + static_cast<int32_t>(i)).value();
-  h.ext.aeth = {AethRepr::make_ack(), r.msn};
+  // The MSN as it stands now, for a first answer and a replay alike (rxe and rdmavt do the
+  // same; a requester completes READs by PSN).
+  h.ext.aeth = {AethRepr::make_ack(), qp->msn & 0xFFFFFF};
   FrameLayout lay;
   Frame* f = build_packet(h, len, &lay);
   if (f == nullptr) return false;
@@ -466,7 +493,7 @@ void Engine::send_atomic_ack(Qp* qp, const RdAtomicRes& r) {
   RoceHeaders h = qp->tx_template;
   h.bth.opcode = opcode::kRcAtomicAck;
   h.bth.psn = r.first_psn.value();
-  h.ext.aeth = {AethRepr::make_ack(), r.msn};
+  h.ext.aeth = {AethRepr::make_ack(), qp->msn & 0xFFFFFF};
   h.ext.atomic_ack.orig = r.atomic_orig;
   FrameLayout lay;
   Frame* f = build_packet(h, 0, &lay);
@@ -493,7 +520,8 @@ bool Engine::responder_step(Qp* qp, uint32_t* budget) {
       next->sending = false;
       --qp->res_sending;
     } else if (!send_read_response(qp, *next)) {
-      if (next->sending) return true;  // out of frames: later
+      if (qp->state == IBV_QPS_ERR) return false;  // refused mid-stream (NAKed)
+      if (next->sending) return true;              // out of frames: later
     }
     --*budget;
   }

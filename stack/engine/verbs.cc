@@ -333,13 +333,16 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
     errno = EINVAL;
     return nullptr;
   }
-  // Find a free QPN (slots of destroyed QPs are reused).
-  size_t slot = 0;
-  while (slot < qps_.size() && qps_[slot]) ++slot;
-  if (slot >= cfg_.max_qp) {
+  if (qp_count_ >= cfg_.max_qp) {
     errno = ENOMEM;
     return nullptr;
   }
+  // QPNs go round the engine's whole span, as an RNIC hands them out: a destroyed QP's
+  // number comes back only after every other one was used, so frames still in flight for it
+  // find no QP (dropped, counted) instead of its successor.
+  size_t slot = next_qpn_slot_;
+  while (slot < qps_.size() && qps_[slot]) slot = (slot + 1) % cfg_.qpn_span;
+  next_qpn_slot_ = (slot + 1) % cfg_.qpn_span;
   auto qp = std::make_unique<Qp>();
   qp->qpn = cfg_.first_qpn + static_cast<uint32_t>(slot);
   qp->type = a->qp_type;
@@ -369,8 +372,9 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
   ++qp->send_cq->users;
   ++qp->recv_cq->users;
   if (qp->srq != nullptr) ++qp->srq->users;
-  if (slot == qps_.size()) qps_.emplace_back();
+  if (slot >= qps_.size()) qps_.resize(slot + 1);  // grows up to qpn_span, never shrinks
   qps_[slot] = std::move(qp);
+  ++qp_count_;
   return qps_[slot].get();
 }
 
@@ -398,6 +402,7 @@ int Engine::destroy_qp(Qp* qp) {
   --qp->recv_cq->users;
   if (qp->srq != nullptr) --qp->srq->users;
   qps_[qp->qpn - cfg_.first_qpn].reset();
+  --qp_count_;
   return 0;
 }
 
@@ -576,6 +581,7 @@ void Engine::reset_qp(Qp* qp) {
     // the QP in RESET afterwards, where posting is refused).
     std::scoped_lock producers(qp->sq_mu, qp->rq_mu);
     set_state(qp, IBV_QPS_RESET);
+    qp->last_wqe_reached = false;
     qp->sq.clear();
     qp->rq.clear();
   }
@@ -636,6 +642,12 @@ void Engine::flush_qp(Qp* qp) {
   for (auto& r : qp->res) r.sending = false;
   qp->res_sending = 0;
   qp->ack_pending = false;
+  if (qp->srq != nullptr && !qp->last_wqe_reached) {
+    // IBA 11.6.3: a QP on an SRQ that entered the error state takes no more WQEs from it.
+    // Programs wait for this event before destroying such a QP (ibv_create_srq(3)).
+    qp->last_wqe_reached = true;
+    post_event(IBV_EVENT_QP_LAST_WQE_REACHED, qp);
+  }
 }
 
 // ---- Posting ----------------------------------------------------------------------------------

@@ -1,14 +1,35 @@
 #include "memory/mr.h"
 
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <random>
 
 namespace uroce::mem {
 
-MrTable::MrTable(uint32_t max_mrs, uint64_t seed)
-    : slots_(size_t{max_mrs} + 1), last_rnd_(size_t{max_mrs} + 1, 0), rng_(seed) {
-  free_.reserve(max_mrs);
-  for (uint32_t i = max_mrs; i >= 1; --i) free_.push_back(i);
+int host_range_errno(const void* addr, uint64_t length) {
+  if (length == 0) return 0;
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (start + length < start) return EINVAL;  // wraps around the address space
+  // mincore() fails with ENOMEM when the range holds a page that is not mapped: the kernel
+  // would fail to pin it (EFAULT), and a peer's WRITE there would kill the process.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t p = start & ~(page - 1);
+  const uintptr_t end = start + length;
+  unsigned char vec[4096];
+  while (p < end) {
+    const uintptr_t chunk = std::min<uintptr_t>(end - p, sizeof vec * page);
+    if (mincore(reinterpret_cast<void*>(p), chunk, vec) != 0) return EFAULT;
+    p += chunk;
+  }
+  return 0;
 }
+
+MrTable::MrTable(uint32_t max_mrs, uint64_t seed)
+    : max_mrs_(max_mrs), index_(64), seed_(seed) {}
 
 namespace {
 bool valid_region(const Pd* pd, const void* addr, uint64_t length, int access) {
@@ -20,8 +41,92 @@ bool valid_region(const Pd* pd, const void* addr, uint64_t length, int access) {
 }
 }  // namespace
 
+// ---- The key index: linear probing, backward-shift deletion ------------------------------
+
+size_t MrTable::home(uint32_t key) const {
+  // Keys are random already; the multiply spreads a seeded test's keys just as well.
+  return static_cast<size_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> 32) & (index_.size() - 1);
+}
+
+size_t MrTable::position(uint32_t key) const {
+  size_t i = home(key);
+  while (index_[i].key != 0 && index_[i].key != key) i = (i + 1) & (index_.size() - 1);
+  return i;
+}
+
+void MrTable::insert(uint32_t key, uint32_t slot) {
+  if ((index_used_ + 1) * 2 > index_.size()) {  // keep the load at most 1/2
+    std::vector<Entry> old(index_.size() * 2);
+    old.swap(index_);
+    for (const Entry& e : old)
+      if (e.key != 0) index_[position(e.key)] = e;
+  }
+  Entry& e = index_[position(key)];
+  if (e.key == 0) ++index_used_;
+  e = {key, slot};
+}
+
+void MrTable::erase(uint32_t key) {
+  const size_t mask = index_.size() - 1;
+  size_t hole = position(key);
+  if (index_[hole].key == 0) return;
+  // Move later entries of the run back into the hole when their home allows it, so that
+  // every lookup still finds its key before an empty entry.
+  for (size_t j = (hole + 1) & mask; index_[j].key != 0; j = (j + 1) & mask) {
+    const size_t h = home(index_[j].key);
+    // j's entry may move to `hole` unless its home lies cyclically in (hole, j].
+    const bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+    if (!stays) {
+      index_[hole] = index_[j];
+      hole = j;
+    }
+  }
+  index_[hole] = Entry{};
+  --index_used_;
+}
+
+void MrTable::retire(uint32_t key) {
+  index_[position(key)].slot = 0;  // stays in the index: the draw keeps refusing it
+  retired_.push_back(key);
+  if (retired_.size() > kRetiredKeys) {
+    erase(retired_.front());
+    retired_.pop_front();
+  }
+}
+
+uint32_t MrTable::draw() {
+  for (;;) {
+    uint32_t k;
+    if (seed_ != 0) {  // splitmix64
+      uint64_t z = (seed_ += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      k = static_cast<uint32_t>(z ^ (z >> 31));
+      if (seed_ == 0) seed_ = 1;  // stay seeded
+    } else {
+      if (pool_left_ == 0) {
+        ssize_t got;
+        do {
+          got = getrandom(pool_.data(), sizeof pool_, 0);
+        } while (got < 0 && errno == EINTR);
+        if (got != static_cast<ssize_t>(sizeof pool_)) {  // no getrandom: the C++ library's
+          std::random_device rd;
+          for (uint32_t& v : pool_) v = rd();
+        }
+        pool_left_ = pool_.size();
+      }
+      k = pool_[--pool_left_];
+    }
+    // Never 0, never a key in use, never one deregistered recently.
+    if (k != 0 && index_[position(k)].key == 0) return k;
+  }
+}
+
+// ---- Registration ---------------------------------------------------------------------------
+
 int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
   if (mr == nullptr || mr->key == 0 || !valid_region(pd, addr, length, access)) return EINVAL;
+  if (int e = host_range_errno(addr, length); e != 0) return e;
   --mr->pd->users;
   ++pd->users;
   mr->pd = pd;
@@ -33,23 +138,23 @@ int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, 
 }
 
 Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  if (!valid_region(pd, addr, length, access)) {
-    errno = EINVAL;
+  int e = valid_region(pd, addr, length, access) ? host_range_errno(addr, length) : EINVAL;
+  if (e == 0 && in_use_ >= max_mrs_) e = ENOMEM;
+  if (e != 0) {
+    errno = e;
     return nullptr;
   }
-  if (free_.empty()) {
-    errno = ENOMEM;
-    return nullptr;
+  uint32_t idx;
+  if (!free_.empty()) {
+    idx = free_.back();
+    free_.pop_back();
+  } else {
+    idx = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
   }
-  const uint32_t idx = free_.back();
-  free_.pop_back();
-  uint32_t rnd;
-  do {
-    rnd = static_cast<uint32_t>(rng_()) & ((1u << kRandomBits) - 1);
-  } while (rnd == 0 || rnd == last_rnd_[idx]);  // never re-issue the slot's previous key
-  last_rnd_[idx] = static_cast<uint16_t>(rnd);
   Mr& mr = slots_[idx];
-  mr.key = (idx << kRandomBits) | rnd;
+  mr.key = draw();
+  insert(mr.key, idx + 1);
   mr.pd = pd;
   mr.host = static_cast<uint8_t*>(addr);
   mr.iova = iova;
@@ -61,31 +166,30 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access)
 }
 
 int MrTable::dereg(Mr* mr) {
-  if (mr == nullptr || mr->key == 0) return EINVAL;
+  if (mr == nullptr || mr->key == 0 || find(mr->key) != mr) return EINVAL;
   --mr->pd->users;
-  const uint32_t idx = mr->key >> kRandomBits;
+  free_.push_back(index_[position(mr->key)].slot - 1);
+  retire(mr->key);
   *mr = Mr{};
-  free_.push_back(idx);
   --in_use_;
   return 0;
 }
 
-int MrTable::invalidate(uint32_t key) {
-  Mr* mr = find(key);
-  return mr == nullptr ? EINVAL : dereg(mr);
+const Mr* MrTable::find(uint32_t key) const {
+  if (key == 0) return nullptr;
+  const Entry& e = index_[position(key)];
+  return e.key == key && e.slot != 0 ? &slots_[e.slot - 1] : nullptr;
 }
 
 Mr* MrTable::find(uint32_t key) {
-  const uint32_t idx = key >> kRandomBits;
-  if (idx == 0 || idx >= slots_.size() || slots_[idx].key != key) return nullptr;
-  return &slots_[idx];
+  return const_cast<Mr*>(static_cast<const MrTable*>(this)->find(key));
 }
 
 AccessError MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, int need,
                            uint8_t** host) const {
-  const uint32_t idx = key >> kRandomBits;
-  if (idx == 0 || idx >= slots_.size() || slots_[idx].key != key) return AccessError::kBadKey;
-  const Mr& mr = slots_[idx];
+  const Mr* found = find(key);
+  if (found == nullptr) return AccessError::kBadKey;
+  const Mr& mr = *found;
   if (mr.pd != pd) return AccessError::kPdMismatch;
   if ((mr.access & need) != need) return AccessError::kNoPermission;
   // [va, va+len) inside [iova, iova+length), written so that nothing can overflow.

@@ -1,17 +1,22 @@
 // Protection domains and memory regions: the tables that every L_Key / R_Key check goes
 // through before a single byte of registered memory is read or written.
 //
-// Keys: a key is (table index << 12) | 12 random bits. The index finds the slot in O(1);
-// the random part (re-drawn at every registration, never 0, never the slot's previous one)
-// makes a key hard to guess and makes a stale key (of a deregistered and re-used slot) fail
-// the check. Index 0 is never used, so key 0 is always invalid. L_Key and R_Key are the same
-// value.
+// Keys: every key is 32 bits drawn from the operating system's random source (getrandom),
+// so a peer that guesses has one chance in about four billion per try; nothing in a key says
+// where its MR lives. A hash index (open addressing, load at most 1/2) finds the MR in O(1)
+// without a scan. A key is never issued twice while a peer could still hold it: keys in use
+// and the last kRetiredKeys deregistered ones are refused by the draw. Key 0 is never
+// issued. L_Key and R_Key are the same value.
+//
+// Registration checks the range as the kernel pins it: a range that wraps the address space
+// is EINVAL, one with an unmapped page EFAULT.
 #pragma once
 
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <cstdint>
-#include <random>
+#include <deque>
 #include <vector>
 
 namespace uroce::mem {
@@ -40,22 +45,28 @@ enum class AccessError : uint8_t {
   kMisaligned,    // atomic target not 8-byte aligned
 };
 
+/// 0, or the errno ibv_reg_mr gives for [addr, addr+length): EINVAL if it wraps around the
+/// address space, EFAULT if a page of it is not mapped in this process.
+int host_range_errno(const void* addr, uint64_t length);
+
 class MrTable {
  public:
-  static constexpr unsigned kRandomBits = 12;
+  /// Deregistered keys the draw keeps refusing (besides every key in use).
+  static constexpr size_t kRetiredKeys = 65536;
 
-  explicit MrTable(uint32_t max_mrs, uint64_t seed);
+  /// `seed` 0: keys from getrandom (production). Otherwise a seeded generator, so that a
+  /// test's keys are the same at every run.
+  MrTable(uint32_t max_mrs, uint64_t seed);
 
   /// Registers [addr, addr+length) at `iova`. Returns nullptr and sets errno like
-  /// ibv_reg_mr: EINVAL (bad access combination / null), ENOMEM (table full).
+  /// ibv_reg_mr: EINVAL (bad access combination / null / wrapping range), EFAULT (unmapped
+  /// page), ENOMEM (table full).
   Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access);
   /// Changes a registered MR in place (ibv_rereg_mr): same checks as reg, same key.
-  /// Returns 0 or EINVAL.
+  /// Returns 0 or the errno.
   int modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access);
   /// Invalidates the key at once. Returns 0 or EINVAL.
   int dereg(Mr* mr);
-  /// Invalidates the MR named by `key` (SEND with invalidate). 0, or EINVAL if no such MR.
-  int invalidate(uint32_t key);
 
   /// Finds the MR for `key` and checks that `pd` owns it, that it grants `need`
   /// (IBV_ACCESS_* bits; 0 for local read), and that [va, va+len) lies inside it. On success
@@ -64,14 +75,31 @@ class MrTable {
                     uint8_t** host) const;
 
   Mr* find(uint32_t key);
-  uint32_t max_mrs() const { return static_cast<uint32_t>(slots_.size() - 1); }
+  const Mr* find(uint32_t key) const;
+  uint32_t max_mrs() const { return max_mrs_; }
   uint32_t in_use() const { return in_use_; }
 
  private:
-  std::vector<Mr> slots_;           // [0] unused
-  std::vector<uint16_t> last_rnd_;  // per slot: the random part of its latest key
-  std::vector<uint32_t> free_;      // free slot indexes
-  std::mt19937_64 rng_;
+  struct Entry {
+    uint32_t key = 0;   // 0: empty
+    uint32_t slot = 0;  // index into slots_ + 1; 0: a retired key (refused, finds nothing)
+  };
+  size_t home(uint32_t key) const;
+  size_t position(uint32_t key) const;  // of key's entry, or of the empty entry ending its run
+  void insert(uint32_t key, uint32_t slot);
+  void erase(uint32_t key);
+  void retire(uint32_t key);
+  uint32_t draw();
+
+  uint32_t max_mrs_;
+  std::deque<Mr> slots_;         // grows at registration; an Mr never moves
+  std::vector<uint32_t> free_;   // free slot indexes
+  std::vector<Entry> index_;     // power-of-two size, at most half full
+  size_t index_used_ = 0;
+  std::deque<uint32_t> retired_;  // the newest kRetiredKeys deregistered keys, oldest first
+  uint64_t seed_;                 // 0: getrandom
+  std::array<uint32_t, 64> pool_{};
+  size_t pool_left_ = 0;
   uint32_t in_use_ = 0;
 };
 

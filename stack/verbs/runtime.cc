@@ -81,8 +81,9 @@ int silence_kernel(const config::DeviceConfig& dc) {
 /// to the network namespace, as interfaces do, and leave no file anywhere. Block 0 starts at
 /// 0x11 as in rdma_rxe. Returns the first QPN (0x11 if no block can be claimed) and the
 /// socket.
+constexpr uint32_t kQpnBlock = 0x10000;  // QPNs per process (max_qp is 4096), in rotation
+
 uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
-  constexpr uint32_t kBlock = 0x10000;  // QPNs per process (max_qp is 4096)
   const std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
   *claim_fd = -1;
   for (uint32_t n = 0; n < 64; ++n) {
@@ -96,7 +97,7 @@ uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
     const auto alen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
     if (bind(fd, reinterpret_cast<sockaddr*>(&a), alen) == 0) {
       *claim_fd = fd;
-      return 0x11 + n * kBlock;
+      return 0x11 + n * kQpnBlock;
     }
     close(fd);  // EADDRINUSE: another process has this block
   }
@@ -288,6 +289,7 @@ Runtime* open_runtime(Device* d) {
   ec.seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 32);
   ec.node_guid = d->guid;
   ec.first_qpn = claim_qpn_block(dc, &rt->qpn_claim_fd);
+  ec.qpn_span = kQpnBlock;
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->quiet_fd = silence_kernel(dc);
   rt->stats_name = stats_shm_name(getpid(), dc.name);

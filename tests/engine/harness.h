@@ -24,6 +24,7 @@ struct Side {
     EngineConfig cfg;
     cfg.ipv4 = ip;
     cfg.seed = seed;
+    cfg.key_seed = seed * 0x9E3779B97F4A7C15ull + 1;  // keys repeat from run to run
     engine = std::make_unique<Engine>(port, cfg);
     pd = engine->alloc_pd();
     cq = engine->create_cq(4096);

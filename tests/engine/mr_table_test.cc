@@ -4,6 +4,8 @@
 #include "memory/mr.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -46,25 +48,114 @@ TEST_F(Table, KeysAreNeverZeroUniqueAndFindTheirMr) {
   EXPECT_EQ(t.check(0, &pd, 0x1000, 1, 0, &host), AccessError::kBadKey);
 }
 
-TEST_F(Table, ReRegisteringASlotNeverReusesTheKeyItJustHad) {
-  // The free list hands the same slot straight back: each new registration of it must get a
-  // key that differs from the previous one, and the stale key must be refused at once.
-  Mr* mr = t.reg(&pd, buf.data(), buf.size(), 0x1000, kAll);
-  ASSERT_NE(mr, nullptr);
-  uint32_t prev = mr->key;
+TEST_F(Table, NoKeyIsIssuedTwiceWhileAPeerCouldHoldIt) {
+  // Register and deregister one MR 20,000 times (fewer than kRetiredKeys): every key is new,
+  // and each stale key is refused at once.
+  std::set<uint32_t> seen;
   for (int i = 0; i < 20'000; ++i) {
-    ASSERT_EQ(t.dereg(mr), 0);
-    mr = t.reg(&pd, buf.data(), buf.size(), 0x1000, kAll);
+    Mr* mr = t.reg(&pd, buf.data(), buf.size(), 0x1000, kAll);
     ASSERT_NE(mr, nullptr);
-    ASSERT_EQ(mr->key >> MrTable::kRandomBits, prev >> MrTable::kRandomBits)
-        << "expected the same slot";
-    ASSERT_NE(mr->key, prev) << "iteration " << i << ": stale key re-issued";
+    const uint32_t k = mr->key;
+    ASSERT_NE(k, 0u);
+    ASSERT_TRUE(seen.insert(k).second) << "iteration " << i << ": key " << k << " re-issued";
+    ASSERT_EQ(t.dereg(mr), 0);
     uint8_t* host = nullptr;
-    ASSERT_EQ(t.check(prev, &pd, 0x1000, 8, 0, &host), AccessError::kBadKey);
-    ASSERT_EQ(t.find(prev), nullptr);
-    ASSERT_NE(mr->key & ((1u << MrTable::kRandomBits) - 1), 0u);
-    prev = mr->key;
+    ASSERT_EQ(t.check(k, &pd, 0x1000, 8, 0, &host), AccessError::kBadKey);
+    ASSERT_EQ(t.find(k), nullptr);
   }
+}
+
+TEST_F(Table, KeysCarryNoStructureAPeerCouldUse) {
+  // Consecutive registrations: every one of the 32 bits is set in about half of the keys
+  // (a counter or slot number in some bits would show as bits that never or always change),
+  // and neighbouring keys do not differ by a constant.
+  std::vector<uint32_t> keys;
+  std::vector<Mr*> mrs;
+  for (int i = 0; i < 64; ++i) {
+    Mr* mr = t.reg(&pd, buf.data(), buf.size(), 0x1000, kLocal);
+    ASSERT_NE(mr, nullptr);
+    keys.push_back(mr->key);
+    mrs.push_back(mr);
+  }
+  for (Mr* m : mrs) ASSERT_EQ(t.dereg(m), 0);
+  for (int i = 0; i < 4096 - 64; ++i) {
+    Mr* mr = t.reg(&pd, buf.data(), buf.size(), 0x1000, kLocal);
+    keys.push_back(mr->key);
+    ASSERT_EQ(t.dereg(mr), 0);
+  }
+  for (int bit = 0; bit < 32; ++bit) {
+    size_t ones = 0;
+    for (uint32_t k : keys) ones += (k >> bit) & 1;
+    EXPECT_GT(ones, keys.size() * 45 / 100) << "bit " << bit;
+    EXPECT_LT(ones, keys.size() * 55 / 100) << "bit " << bit;
+  }
+  std::set<uint32_t> deltas;
+  for (size_t i = 1; i < 64; ++i) deltas.insert(keys[i] - keys[i - 1]);
+  EXPECT_GT(deltas.size(), 60u);
+}
+
+TEST_F(Table, EveryLiveKeyIsFoundWhateverTheOrderOfDeregistration) {
+  // The index deletes by moving entries back; after each deregistration every remaining key
+  // must still find its own MR, and every removed one nothing.
+  MrTable big(2000, 99);
+  std::vector<Mr*> live;
+  for (int i = 0; i < 2000; ++i) {
+    live.push_back(big.reg(&pd, buf.data(), buf.size(), 0x1000, kLocal));
+    ASSERT_NE(live.back(), nullptr);
+  }
+  uint64_t lcg = 12345;  // a fixed shuffle
+  std::vector<uint32_t> gone;
+  while (!live.empty()) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    const size_t i = (lcg >> 33) % live.size();
+    gone.push_back(live[i]->key);
+    ASSERT_EQ(big.dereg(live[i]), 0);
+    live.erase(live.begin() + static_cast<long>(i));
+    if (live.size() % 97 == 0) {
+      for (Mr* m : live) ASSERT_EQ(big.find(m->key), m);
+      for (uint32_t k : gone) ASSERT_EQ(big.find(k), nullptr);
+    }
+  }
+  EXPECT_EQ(big.in_use(), 0u);
+}
+
+TEST(MrTableKeys, FromTheOsRandomSourceWhenNotSeeded) {
+  // Two tables without a seed draw different keys (seeded ones would repeat each other).
+  MrTable x(4, 0), y(4, 0), s1(4, 5), s2(4, 5);
+  Pd pd;
+  std::vector<uint8_t> buf(64);
+  EXPECT_NE(x.reg(&pd, buf.data(), 64, 0, kLocal)->key, y.reg(&pd, buf.data(), 64, 0, kLocal)->key);
+  EXPECT_EQ(s1.reg(&pd, buf.data(), 64, 0, kLocal)->key, s2.reg(&pd, buf.data(), 64, 0, kLocal)->key);
+}
+
+TEST_F(Table, UnmappedOrWrappingRangesAreRefusedAsTheKernelWould) {
+  // ibv_reg_mr(3) through the kernel: a range with an unmapped page is EFAULT (pinning
+  // fails); one that wraps the address space EINVAL. A registered hole would let a peer's
+  // WRITE kill the process.
+  const long page = sysconf(_SC_PAGESIZE);
+  auto* p = static_cast<uint8_t*>(
+      mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(munmap(p + page, page), 0);  // a hole in the middle
+  errno = 0;
+  EXPECT_EQ(t.reg(&pd, p, 3 * page, 0, kAll), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  errno = 0;
+  EXPECT_EQ(t.reg(&pd, p + page - 1, 2, 0, kAll), nullptr);  // one byte into the hole
+  EXPECT_EQ(errno, EFAULT);
+  EXPECT_NE(t.reg(&pd, p, page, 0, kAll), nullptr);  // the pages around it are fine
+  EXPECT_NE(t.reg(&pd, p + 2 * page + 7, page - 7, 0, kAll), nullptr);
+  errno = 0;
+  EXPECT_EQ(t.reg(&pd, reinterpret_cast<void*>(kMax - 15), 32, 0, kLocal), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // ibv_rereg_mr onto the hole: refused, the MR unchanged.
+  Mr* mr = t.reg(&pd, p, page, 0, kAll);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(t.modify(mr, &pd, p + page, page, 0, kAll), EFAULT);
+  EXPECT_EQ(mr->host, p);
+  EXPECT_EQ(t.in_use(), 3u);
+  munmap(p, page);
+  munmap(p + 2 * page, page);
 }
 
 TEST_F(Table, CheckRefusesBadKeyOtherPdAndMissingRights) {
@@ -73,10 +164,9 @@ TEST_F(Table, CheckRefusesBadKeyOtherPdAndMissingRights) {
   ASSERT_NE(ro, nullptr);
   ASSERT_NE(rw, nullptr);
   uint8_t* host = nullptr;
-  // A key whose index is in range but whose random part is wrong, and one past the table.
+  // Keys next to a real one, and the largest.
   EXPECT_EQ(t.check(ro->key ^ 1, &pd, 0x1000, 1, 0, &host), AccessError::kBadKey);
-  EXPECT_EQ(t.check((65u << MrTable::kRandomBits) | 1u, &pd, 0x1000, 1, 0, &host),
-            AccessError::kBadKey);
+  EXPECT_EQ(t.check(ro->key + 1, &pd, 0x1000, 1, 0, &host), AccessError::kBadKey);
   EXPECT_EQ(t.check(0xFFFFFFFF, &pd, 0x1000, 1, 0, &host), AccessError::kBadKey);
   EXPECT_EQ(t.check(ro->key, &other, 0x1000, 1, 0, &host), AccessError::kPdMismatch);
   EXPECT_EQ(t.check(ro->key, nullptr, 0x1000, 1, 0, &host), AccessError::kPdMismatch);
@@ -205,21 +295,6 @@ TEST_F(Table, DeregInvalidatesTheKeyAtOnce) {
   EXPECT_EQ(t.dereg(a), EINVAL);  // twice
   EXPECT_EQ(t.dereg(nullptr), EINVAL);
   EXPECT_EQ(pd.users, 1u);
-}
-
-TEST_F(Table, InvalidateByKey) {
-  Mr* a = t.reg(&pd, buf.data(), buf.size(), 0x1000, kAll);
-  ASSERT_NE(a, nullptr);
-  const uint32_t k = a->key;
-  EXPECT_EQ(t.invalidate(k ^ 0x1), EINVAL);  // not a key we issued
-  EXPECT_EQ(t.invalidate(0), EINVAL);
-  EXPECT_EQ(t.in_use(), 1u);
-  EXPECT_EQ(t.invalidate(k), 0);
-  uint8_t* host = nullptr;
-  EXPECT_EQ(t.check(k, &pd, 0x1000, 1, 0, &host), AccessError::kBadKey);
-  EXPECT_EQ(t.invalidate(k), EINVAL);
-  EXPECT_EQ(pd.users, 0u);
-  EXPECT_EQ(t.in_use(), 0u);
 }
 
 // The engine's reg_mr on top: the access bits it refuses and the iova it uses.

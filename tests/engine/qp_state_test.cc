@@ -826,7 +826,7 @@ TEST_F(CreateQp, SrqMakesRecvCapsIrrelevantButOnlyForRcAndUd) {
   EXPECT_EQ(srq->users, 2u);
 }
 
-TEST_F(CreateQp, NumbersStartAt0x11AreUniqueAndReused) {
+TEST_F(CreateQp, NumbersStartAt0x11AreUniqueAndNotReusedAtOnce) {
   ibv_qp_init_attr ia = base();
   Qp* a = engine->create_qp(pd, &ia);
   Qp* b = engine->create_qp(pd, &ia);
@@ -844,24 +844,60 @@ TEST_F(CreateQp, NumbersStartAt0x11AreUniqueAndReused) {
   EXPECT_EQ(engine->qp_by_num(qpn), nullptr);
   EXPECT_EQ(pd->users, 1u);
   EXPECT_EQ(cq->users, 2u);
+  // A destroyed QP's number is not handed out next (frames in flight for it must find no
+  // QP, not its successor).
   Qp* c = engine->create_qp(pd, &ia);
   ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->qpn, qpn);
+  EXPECT_NE(c->qpn, qpn);
+  EXPECT_NE(c->qpn, b->qpn);
+}
+
+/// A small engine (max_qp 3) with a PD, a CQ and the attributes of a minimal UD QP.
+struct SmallEngine {
+  explicit SmallEngine(uint32_t span = 0, uint32_t first = 0x11) {
+    EngineConfig cfg;
+    cfg.ipv4 = kIpB;
+    cfg.max_qp = 3;
+    if (span != 0) cfg.qpn_span = span;
+    cfg.first_qpn = first;
+    e = std::make_unique<Engine>(port, cfg);
+    pd = e->alloc_pd();
+    cq = e->create_cq(16);
+    ia.send_cq = &cq->ibv;
+    ia.recv_cq = &cq->ibv;
+    ia.qp_type = IBV_QPT_UD;
+    ia.cap = {1, 1, 1, 1, 0};
+  }
+  CapturePort port;
+  std::unique_ptr<Engine> e;
+  mem::Pd* pd = nullptr;
+  Cq* cq = nullptr;
+  ibv_qp_init_attr ia{};
+};
+
+TEST(CreateQpRotation, NumbersGoRoundTheWholeSpanSkippingLiveOnes) {
+  SmallEngine s(8, 0x100);
+  Qp* keep = s.e->create_qp(s.pd, &s.ia);  // 0x100 stays alive throughout
+  ASSERT_NE(keep, nullptr);
+  EXPECT_EQ(keep->qpn, 0x100u);
+  std::vector<uint32_t> got;
+  for (int i = 0; i < 16; ++i) {  // create and destroy, one at a time
+    Qp* q = s.e->create_qp(s.pd, &s.ia);
+    ASSERT_NE(q, nullptr) << i;
+    got.push_back(q->qpn);
+    ASSERT_EQ(s.e->destroy_qp(q), 0);
+  }
+  const std::vector<uint32_t> want = {0x101, 0x102, 0x103, 0x104, 0x105, 0x106, 0x107,
+                                      0x101, 0x102, 0x103, 0x104, 0x105, 0x106, 0x107,
+                                      0x101, 0x102};
+  EXPECT_EQ(got, want);
 }
 
 TEST(CreateQpLimit, MaxQpIsEnforced) {
-  CapturePort port;
-  EngineConfig cfg;
-  cfg.ipv4 = kIpB;
-  cfg.max_qp = 3;
-  Engine e(port, cfg);
-  mem::Pd* pd = e.alloc_pd();
-  Cq* cq = e.create_cq(16);
-  ibv_qp_init_attr ia{};
-  ia.send_cq = &cq->ibv;
-  ia.recv_cq = &cq->ibv;
-  ia.qp_type = IBV_QPT_UD;
-  ia.cap = {1, 1, 1, 1, 0};
+  SmallEngine s;
+  Engine& e = *s.e;
+  mem::Pd* pd = s.pd;
+  ibv_qp_init_attr& ia = s.ia;
   for (int i = 0; i < 3; ++i) ASSERT_NE(e.create_qp(pd, &ia), nullptr) << i;
   errno = 0;
   EXPECT_EQ(e.create_qp(pd, &ia), nullptr);

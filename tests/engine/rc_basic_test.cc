@@ -147,7 +147,11 @@ TEST(RcBasic, WriteReadAndAtomics) {
   EXPECT_EQ(p.b.engine->counters()[Counter::dup_requests], 0u);
 }
 
-TEST(RcBasic, SendWithInvalidateKillsTheNamedRkey) {
+TEST(RcBasic, SendWithInvalidateNeverTouchesAPlainMr) {
+  // Issue 11, finding 2: SEND with invalidate used to destroy whatever ibv_reg_mr MR its key
+  // named. Only memory windows and fast-registration MRs may be invalidated; uroce has none,
+  // so the request is invalid: NAK (the sender sees REM_INV_REQ_ERR), the receive completes
+  // in error, and the named MR keeps working and is the application's to deregister.
   Pair p;
   auto [qa, qb] = p.rc_pair();
   std::vector<uint8_t> src(100, 3), dst(100, 0), victim(64, 0);
@@ -163,37 +167,38 @@ TEST(RcBasic, SendWithInvalidateKillsTheNamedRkey) {
   ASSERT_EQ(p.b.engine->post_recv(qb, &rw, nullptr), 0);
   ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 100, smr->key};
   ibv_send_wr w{};
+  w.wr_id = 7;
   w.sg_list = &s;
   w.num_sge = 1;
   w.opcode = IBV_WR_SEND_WITH_INV;
   w.invalidate_rkey = vkey;
   w.send_flags = IBV_SEND_SIGNALED;
   ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
-  std::vector<ibv_wc> wb;
-  ASSERT_TRUE(p.run_until([&] {
-    for (auto& x : drain(p.b)) wb.push_back(x);
-    return !wb.empty();
-  }));
-  EXPECT_EQ(wb[0].status, IBV_WC_SUCCESS);
-  EXPECT_TRUE(wb[0].wc_flags & IBV_WC_WITH_INV);
-  EXPECT_EQ(wb[0].invalidated_rkey, vkey);
-  // The key is dead: a WRITE through it is refused with a remote access error.
-  ibv_send_wr wr{};
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(victim.data());
-  wr.wr.rdma.rkey = vkey;
-  ASSERT_EQ(p.a.engine->post_send(qa, &wr, nullptr), 0);
-  std::vector<ibv_wc> wa;
+  std::vector<ibv_wc> wa, wb;
   ASSERT_TRUE(p.run_until([&] {
     for (auto& x : drain(p.a)) wa.push_back(x);
-    return wa.size() == 2;
+    for (auto& x : drain(p.b)) wb.push_back(x);
+    return !wa.empty() && !wb.empty();
   }));
-  EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(wa[1].status, IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(victim, std::vector<uint8_t>(64, 0));
+  EXPECT_EQ(wa[0].wr_id, 7u);
+  EXPECT_EQ(wa[0].status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(wb[0].wr_id, 1u);
+  EXPECT_NE(wb[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(p.b.engine->counters()[Counter::inv_rkey_refused], 1u);
+  // The MR is untouched: its key still grants access, and the application deregisters it.
+  uint8_t* host = nullptr;
+  EXPECT_EQ(p.b.engine->mr_table().check(vkey, p.b.pd,
+                                         reinterpret_cast<uint64_t>(victim.data()), 64,
+                                         IBV_ACCESS_REMOTE_WRITE, &host),
+            mem::AccessError::kOk);
+  EXPECT_EQ(host, victim.data());
+  // And a new registration does not get its slot or key.
+  auto* next = p.b.reg(src, kAll);
+  ASSERT_NE(next, nullptr);
+  EXPECT_NE(next->key, vkey);
+  EXPECT_NE(next, vmr);
+  EXPECT_EQ(p.b.engine->dereg_mr(vmr), 0);
+  EXPECT_EQ(p.b.engine->dereg_mr(next), 0);
 }
 
 TEST(RcBasic, AtomicWriteStoresEightBytes) {

@@ -333,35 +333,25 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
                        hex(Engine::kFirstQpn) + ".." + hex(Engine::kFirstQpn + cfg.max_qp - 1) +
                        ")",
                false;
-      for (;;) {
-        const bool real = true;
-        ibv_qp_init_attr ia{};
-        ia.send_cq = &cq->ibv;
-        ia.recv_cq = &cq->ibv;
-        ia.qp_type = q.type == QpType::kRc ? IBV_QPT_RC
-                     : q.type == QpType::kUc ? IBV_QPT_UC
-                                             : IBV_QPT_UD;
-        ia.cap.max_send_wr = 1;
-        ia.cap.max_recv_wr = 1;
-        ia.cap.max_send_sge = 1;
-        ia.cap.max_recv_sge = 1;
-        Qp* probe = eng.create_qp(pd, &ia);
-        if (probe == nullptr) return error = "engine: cannot create QP " + hex(q.qpn) + " (" + std::strerror(errno) + ")", false;
-        if (probe->qpn < q.qpn) continue;  // a placeholder
-        if (probe->qpn > q.qpn || !real)
-          return error = "engine: QPN " + hex(q.qpn) + " is taken (QPs must be distinct)", false;
-        // The real one: recreate it with room for the whole capture.
-        eng.destroy_qp(probe);
-        ia.cap.max_send_wr = 16384;
-        ia.cap.max_recv_wr = 16384;
-        ia.srq = srq != nullptr && q.type != QpType::kUd ? &srq->ibv : nullptr;
-        Qp* qp = eng.create_qp(pd, &ia);
-        if (qp == nullptr || qp->qpn != q.qpn)
-          return error = "engine: cannot create QP " + hex(q.qpn) + " (" + std::strerror(errno) + ")", false;
-        qps[s] = qp;
-        break;
-      }
-      Qp* qp = qps[s];
+      ibv_qp_init_attr ia{};
+      ia.send_cq = &cq->ibv;
+      ia.recv_cq = &cq->ibv;
+      ia.qp_type = q.type == QpType::kRc ? IBV_QPT_RC
+                   : q.type == QpType::kUc ? IBV_QPT_UC
+                                           : IBV_QPT_UD;
+      ia.cap.max_send_wr = 16384;  // room for the whole capture
+      ia.cap.max_recv_wr = 16384;
+      ia.cap.max_send_sge = 1;
+      ia.cap.max_recv_sge = 1;
+      ia.srq = srq != nullptr && q.type != QpType::kUd ? &srq->ibv : nullptr;
+      eng.set_next_qpn(q.qpn);  // the recorded number (QPNs otherwise go in rotation)
+      Qp* qp = eng.create_qp(pd, &ia);
+      if (qp == nullptr)
+        return error = "engine: cannot create QP " + hex(q.qpn) + " (" + std::strerror(errno) + ")",
+               false;
+      if (qp->qpn != q.qpn)
+        return error = "engine: QPN " + hex(q.qpn) + " is taken (QPs must be distinct)", false;
+      qps[s] = qp;
       const wire::Gid dgid = wire::ipv4_mapped_gid(cap.ip[o]);
       ibv_qp_attr a{};
       a.qp_state = IBV_QPS_INIT;
