@@ -117,7 +117,11 @@ void Engine::queue_ack(Qp* qp, Psn psn) {
 
 void Engine::send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c) {
   counters_.inc(c);
-  // ACKs queued before this NAK refer to earlier PSNs: send them first, keep the order.
+  // An ACK queued for an earlier PSN goes first, to keep the order. One for a later PSN
+  // (a request executed while an older READ was still being answered, now refused mid-stream)
+  // must not: it would acknowledge the READ implicitly, and the requester would then take this
+  // NAK for an old duplicate and wait forever.
+  if (qp->ack_pending && qp->ack_psn - psn >= 0) qp->ack_pending = false;
   if (qp->ack_pending && qp->res_sending == 0) {
     send_ack(qp, AethRepr::make_ack(), qp->ack_psn);
     counters_.inc(Counter::acks_sent);
@@ -412,14 +416,18 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       // Replay from saved state, honouring the duplicate's own (possibly smaller) range.
       RdAtomicRes* r = find_res(qp, psn);
       if (r == nullptr || r->atomic) return;
-      // Checked again as if new: the QP's access flags or the MR may have changed since.
+      // Checked again as if new: the QP's access flags or the MR may have changed since
+      // (deregistered, say). Refused: a remote access NAK, as rxe answers a replay whose MR
+      // is gone, so that the requester learns it instead of retrying until it gives up.
       const RethRepr& reth = p.hdr.ext.reth;
       if (reth.dma_len != 0) {
         uint8_t* host;
         if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
             mrs_.check(reth.rkey, qp->pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ,
-                       &host) != mem::AccessError::kOk)
+                       &host) != mem::AccessError::kOk) {
+          responder_error(qp, NakCode::kRemoteAccessError, psn, IBV_WC_WR_FLUSH_ERR);
           return;
+        }
       }
       if (!r->sending) ++qp->res_sending;
       r->first_psn = psn;
@@ -465,7 +473,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
     r.sending = false;
     --qp->res_sending;
     responder_error(qp, NakCode::kRemoteAccessError, r.first_psn + static_cast<int32_t>(i),
-                    IBV_WC_REM_ACCESS_ERR);
+                    IBV_WC_WR_FLUSH_ERR);  // a receive in progress is another message's
     return false;
   }
   RoceHeaders h = qp->tx_template;

@@ -10,17 +10,43 @@
 
 namespace uroce::mem {
 
-int host_range_errno(const void* addr, uint64_t length) {
+namespace {
+/// Whether this kernel knows MADV_POPULATE_READ/WRITE (5.14+): asked once, on a page of
+/// this function's own stack.
+bool populate_supported() {
+  static const bool yes = [] {
+    unsigned char probe[1] = {0};
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    void* p = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(probe) & ~(page - 1));
+    return madvise(p, page, MADV_POPULATE_READ) == 0;
+  }();
+  return yes;
+}
+}  // namespace
+
+int host_range_errno(const void* addr, uint64_t length, bool write) {
   if (length == 0) return 0;
   const auto start = reinterpret_cast<uintptr_t>(addr);
   if (start + length < start) return EINVAL;  // wraps around the address space
-  // mincore() fails with ENOMEM when the range holds a page that is not mapped: the kernel
-  // would fail to pin it (EFAULT), and a peer's WRITE there would kill the process.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t p = start & ~(page - 1);
+  const uintptr_t first = start & ~(page - 1);
   const uintptr_t end = start + length;
+  // As the kernel pins an MR: every page faulted in, writable when the MR may be written (by
+  // the peer or by us). An unmapped page (ENOMEM), or one the MR's access cannot have
+  // (PROT_NONE, read-only for a writable MR: EFAULT), fails as ibv_reg_mr does through the
+  // kernel; registered, it would let a peer's WRITE or READ kill the process.
+  if (populate_supported()) {
+    if (madvise(reinterpret_cast<void*>(first), end - first,
+                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+      return 0;
+    // ENOMEM: unmapped; EINVAL: a mapping without the access (or device memory, which the
+    // kernel does not pin either); EFAULT: a page that would fault (a file's hole past EOF).
+    return errno == EINTR || errno == EAGAIN ? EAGAIN : EFAULT;
+  }
+  // A kernel before 5.14: at least every page must be mapped, which mincore() checks (it
+  // fails with ENOMEM where one is not); the pages' protection goes unchecked.
   unsigned char vec[4096];
-  while (p < end) {
+  for (uintptr_t p = first; p < end;) {
     const uintptr_t chunk = std::min<uintptr_t>(end - p, sizeof vec * page);
     if (mincore(reinterpret_cast<void*>(p), chunk, vec) != 0) return EFAULT;
     p += chunk;
@@ -32,6 +58,12 @@ MrTable::MrTable(uint32_t max_mrs, uint64_t seed)
     : max_mrs_(max_mrs), index_(64), seed_(seed) {}
 
 namespace {
+/// Whether an MR with these rights may be written (the kernel's ib_access_writable).
+bool writable(int access) {
+  return (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                    IBV_ACCESS_MW_BIND)) != 0;
+}
+
 bool valid_region(const Pd* pd, const void* addr, uint64_t length, int access) {
   // IBA: remote write or remote atomic access requires local write access.
   const bool needs_local_write =
@@ -117,8 +149,9 @@ uint32_t MrTable::draw() {
       }
       k = pool_[--pool_left_];
     }
-    // Never 0, never a key in use, never one deregistered recently.
-    if (k != 0 && index_[position(k)].key == 0) return k;
+    // Never 0 or ~0 (tools use it for "no key"), never a key in use, never one
+    // deregistered recently.
+    if (k != 0 && k != ~0u && index_[position(k)].key == 0) return k;
   }
 }
 
@@ -126,7 +159,7 @@ uint32_t MrTable::draw() {
 
 int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
   if (mr == nullptr || mr->key == 0 || !valid_region(pd, addr, length, access)) return EINVAL;
-  if (int e = host_range_errno(addr, length); e != 0) return e;
+  if (int e = host_range_errno(addr, length, writable(access)); e != 0) return e;
   --mr->pd->users;
   ++pd->users;
   mr->pd = pd;
@@ -138,7 +171,9 @@ int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, 
 }
 
 Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  int e = valid_region(pd, addr, length, access) ? host_range_errno(addr, length) : EINVAL;
+  int e = valid_region(pd, addr, length, access)
+              ? host_range_errno(addr, length, writable(access))
+              : EINVAL;
   if (e == 0 && in_use_ >= max_mrs_) e = ENOMEM;
   if (e != 0) {
     errno = e;

@@ -9,7 +9,7 @@
 // issued. L_Key and R_Key are the same value.
 //
 // Registration checks the range as the kernel pins it: a range that wraps the address space
-// is EINVAL, one with an unmapped page EFAULT.
+// is EINVAL, one with a page that is unmapped or lacks the access EFAULT.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -46,8 +46,9 @@ enum class AccessError : uint8_t {
 };
 
 /// 0, or the errno ibv_reg_mr gives for [addr, addr+length): EINVAL if it wraps around the
-/// address space, EFAULT if a page of it is not mapped in this process.
-int host_range_errno(const void* addr, uint64_t length);
+/// address space, EFAULT if a page of it is not mapped in this process, or not readable, or
+/// (`write`) not writable. Faults every page in, as the kernel's pinning does.
+int host_range_errno(const void* addr, uint64_t length, bool write);
 
 class MrTable {
  public:

@@ -217,12 +217,14 @@ ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
 int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   for (;;) {
-    const ssize_t n = read(context->async_fd, event, sizeof *event);
-    if (n != sizeof *event) {
+    AsyncRecord r;
+    const ssize_t n = read(context->async_fd, &r, sizeof r);
+    if (n != sizeof r) {
       if (n >= 0) errno = EIO;
       return -1;
     }
-    if (count_async_read(context, *event)) return 0;
+    *event = r.ev;
+    if (count_async_read(context, r.ev, r.id)) return 0;
     // else: about an object destroyed since; dropped, as the kernel does at destroy
   }
 }

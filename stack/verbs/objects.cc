@@ -319,7 +319,7 @@ EventObject event_object(ibv_event_type type) {
   }
 }
 
-bool count_async_read(ibv_context* c, const ibv_async_event& ev) {
+bool count_async_read(ibv_context* c, const ibv_async_event& ev, uint32_t id) {
   ContextState* s = state_of(c);
   std::lock_guard<std::mutex> lock(s->obj_mu);
   auto count = [](pthread_mutex_t* m, uint32_t* n) {
@@ -330,19 +330,19 @@ bool count_async_read(ibv_context* c, const ibv_async_event& ev) {
   switch (event_object(ev.event_type)) {
     case EventObject::kCq: {
       Cq* cq = to_cq(ev.element.cq);
-      if (s->cqs.count(cq) == 0) return false;
+      if (s->cqs.count(cq) == 0 || cq->handle != id) return false;
       count(&cq->ibv.mutex, &cq->async_events_read);
       return true;
     }
     case EventObject::kSrq: {
       Srq* srq = to_srq(ev.element.srq);
-      if (s->srqs.count(srq) == 0) return false;
+      if (s->srqs.count(srq) == 0 || srq->handle != id) return false;
       count(&srq->ibv.mutex, &srq->async_events_read);
       return true;
     }
     case EventObject::kQp: {
       Qp* qp = to_qp(ev.element.qp);
-      if (s->qps.count(qp) == 0) return false;
+      if (s->qps.count(qp) == 0 || qp->qpn != id) return false;
       count(&qp->ibv.mutex, &qp->async_events_read);
       return true;
     }

@@ -136,7 +136,14 @@ void deliver_cq_events(Runtime* rt);
 /// Destroys every object the application left in the context (objects.cc; at close).
 void destroy_context_objects(ContextState* s);
 /// Writes an async event to a context's pipe (never blocks; dropped if the reader is gone).
-bool post_async(ContextState* s, const ibv_async_event& ev);
+/// What the async pipe carries: the event and the number of the object it names (QPN, or the
+/// CQ's / SRQ's handle), so that an event about a destroyed object is never taken for one
+/// about a new object that got the same address.
+struct AsyncRecord {
+  ibv_async_event ev;
+  uint32_t id;
+};
+bool post_async(ContextState* s, const ibv_async_event& ev, uint32_t id = 0);
 
 /// Which object an async event of this type names (IBV_EVENT_* -> element).
 enum class EventObject { kNone, kQp, kCq, kSrq };
@@ -144,7 +151,7 @@ EventObject event_object(ibv_event_type type);
 
 /// For ibv_get_async_event: counts an event the application read against its object (what
 /// its destruction waits to see acknowledged); false if the object is gone (objects.cc).
-bool count_async_read(ibv_context* c, const ibv_async_event& ev);
+bool count_async_read(ibv_context* c, const ibv_async_event& ev, uint32_t id);
 
 inline ContextState* state_of(ibv_context* c) { return to_context(c)->state; }
 inline Runtime* runtime_of(ibv_context* c) { return to_context(c)->state->rt; }

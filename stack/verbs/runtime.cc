@@ -390,18 +390,22 @@ void Runtime::deliver_async_locked() {
     ibv_async_event out{};
     out.event_type = ev.type;
     ibv_context* owner = nullptr;
+    uint32_t id = 0;
     if (ev.qp != nullptr) {
       out.element.qp = &ev.qp->ibv;
       owner = ev.qp->ibv.context;
+      id = ev.qp->qpn;
     } else if (ev.cq != nullptr) {
       out.element.cq = &ev.cq->ibv;
       owner = ev.cq->ibv.context;
+      id = ev.cq->handle;
     } else if (ev.srq != nullptr) {
       out.element.srq = &ev.srq->ibv;
       owner = ev.srq->ibv.context;
+      id = ev.srq->handle;
     }
     if (owner != nullptr) {
-      post_async(state_of(owner), out);
+      post_async(state_of(owner), out, id);
     } else {  // a port event: every context on the device hears it
       out.element.port_num = 1;
       std::lock_guard<std::mutex> lock(ctx_mu);
@@ -410,10 +414,11 @@ void Runtime::deliver_async_locked() {
   }
 }
 
-bool post_async(ContextState* s, const ibv_async_event& ev) {
+bool post_async(ContextState* s, const ibv_async_event& ev, uint32_t id) {
   // The write end is non-blocking: a program that never reads its events loses the newest
-  // ones instead of stopping the engine.
-  return write(s->async_pipe[1], &ev, sizeof ev) == static_cast<ssize_t>(sizeof ev);
+  // ones instead of stopping the engine. A record is far below PIPE_BUF: written whole.
+  const AsyncRecord r{ev, id};
+  return write(s->async_pipe[1], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
 }
 
 }  // namespace uroce::verbs

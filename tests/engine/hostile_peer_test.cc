@@ -184,7 +184,8 @@ TEST_F(HostilePeer, ReadRacingDeregSendsNothingMoreOfTheMr) {
 
 TEST_F(HostilePeer, DuplicateReadAfterDeregIsNotReplayed) {
   // A READ answered in full, then the MR deregistered; the peer asks again (a duplicate
-  // PSN). The saved request must not be replayed from memory that is gone.
+  // PSN). The saved request must not be replayed from memory that is gone: a remote access
+  // NAK at that PSN (as rxe answers), so the requester fails instead of retrying forever.
   GuardedRegion region(2048);
   mem::Mr* m = engine->reg_mr(pd, region.data(), 2048, kAll);
   ASSERT_NE(m, nullptr);
@@ -193,9 +194,33 @@ TEST_F(HostilePeer, DuplicateReadAfterDeregIsNotReplayed) {
   ASSERT_EQ(engine->dereg_mr(m), 0);
   region.revoke();
   send(opcode::kRcReadRequest, kEpsn, {}, reth_at(region.va(), m->key, 2048));
-  EXPECT_TRUE(step().empty());
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
   EXPECT_EQ(count(Counter::dup_requests), 1u);
   EXPECT_EQ(count(Counter::dup_reads_replayed), 0u);
+}
+
+TEST_F(HostilePeer, NoAckPastAReadThatIsRefusedMidStream) {
+  // READ (16 responses, 4 per poll), then a SEND the responder executes at once; its ACK
+  // waits behind the READ's responses. The MR goes away mid-stream: the NAK must go out
+  // alone. An ACK for the later SEND first would acknowledge the READ implicitly, and the
+  // requester would take the NAK for an old duplicate and wait forever.
+  GuardedRegion region(16 * 1024);
+  mem::Mr* m = engine->reg_mr(pd, region.data(), region.size(), kAll);
+  ASSERT_NE(m, nullptr);
+  post_recv(1, 64);
+  send(opcode::kRcReadRequest, kEpsn, {}, reth_at(region.va(), m->key, 16 * 1024));
+  send(opcode::kRcSendOnly, kEpsn + 16, std::vector<uint8_t>(8, 1));
+  ASSERT_EQ(step().size(), 4u);
+  ASSERT_EQ(engine->dereg_mr(m), 0);
+  region.revoke();
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 4);
+  EXPECT_TRUE(step().empty());
 }
 
 TEST_F(HostilePeer, DuplicateReadIsRefusedOnceTheQpLosesRemoteRead) {
@@ -206,7 +231,9 @@ TEST_F(HostilePeer, DuplicateReadIsRefusedOnceTheQpLosesRemoteRead) {
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
   ASSERT_EQ(engine->modify_qp(qp, &a, IBV_QP_ACCESS_FLAGS), 0);
   send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 64));
-  EXPECT_TRUE(step().empty());
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
   EXPECT_EQ(count(Counter::dup_reads_replayed), 0u);
 }
 

@@ -158,6 +158,27 @@ TEST_F(Table, UnmappedOrWrappingRangesAreRefusedAsTheKernelWould) {
   munmap(p + 2 * page, page);
 }
 
+TEST_F(Table, PagesWithoutTheMrsAccessAreRefused) {
+  // The kernel pins a writable MR for writing: a read-only page in it is EFAULT, and so is a
+  // PROT_NONE page in any MR. Read-only memory may still be registered for reading.
+  const long page = sysconf(_SC_PAGESIZE);
+  auto* p = static_cast<uint8_t*>(
+      mmap(nullptr, 2 * page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(mprotect(p + page, page, PROT_NONE), 0);
+  for (int access : {kLocal, kAll, kLocal | IBV_ACCESS_REMOTE_READ}) {
+    errno = 0;
+    EXPECT_EQ(t.reg(&pd, p, page, 0, access), nullptr) << access;
+    EXPECT_EQ(errno, EFAULT) << access;
+  }
+  EXPECT_NE(t.reg(&pd, p, page, 0, IBV_ACCESS_REMOTE_READ), nullptr);  // read-only, for reading
+  EXPECT_NE(t.reg(&pd, p, page, 0, 0), nullptr);
+  errno = 0;
+  EXPECT_EQ(t.reg(&pd, p + page - 8, 16, 0, IBV_ACCESS_REMOTE_READ), nullptr);  // into PROT_NONE
+  EXPECT_EQ(errno, EFAULT);
+  munmap(p, 2 * page);
+}
+
 TEST_F(Table, CheckRefusesBadKeyOtherPdAndMissingRights) {
   Mr* ro = t.reg(&pd, buf.data(), buf.size(), 0x1000, 0);  // local read only
   Mr* rw = t.reg(&pd, buf.data(), buf.size(), 0x1000, kLocal | IBV_ACCESS_REMOTE_READ);

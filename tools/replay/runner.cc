@@ -263,6 +263,8 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
   cfg.active_mtu = IBV_MTU_4096;
   cfg.max_qp = 16384;
   cfg.seed = 0x7265706c;
+  cfg.qpn_span = 0x1000000 - Engine::kFirstQpn;  // any recorded QPN (set_next_qpn below)
+  cfg.key_seed = 0x7265706b;                     // the same keys at every replay
   if (cap.pkts.front().hdr.eth.has_vlan) cfg.vlan_id = cap.pkts.front().hdr.eth.vid;
   Engine eng(port, cfg);
   eng.set_neighbor(wire::ipv4_mapped_gid(cap.ip[o]), cap.mac[o]);
@@ -328,9 +330,9 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
               [&](size_t a, size_t b) { return sc.qps[a].qpn < sc.qps[b].qpn; });
     for (size_t s : order) {
       const QpSpec& q = sc.qps[s];
-      if (q.qpn < Engine::kFirstQpn || q.qpn >= Engine::kFirstQpn + cfg.max_qp)
+      if (q.qpn < Engine::kFirstQpn || q.qpn - Engine::kFirstQpn >= cfg.qpn_span)
         return error = "engine: QPN " + hex(q.qpn) + " is outside the range uroce allocates (" +
-                       hex(Engine::kFirstQpn) + ".." + hex(Engine::kFirstQpn + cfg.max_qp - 1) +
+                       hex(Engine::kFirstQpn) + ".." + hex(Engine::kFirstQpn + cfg.qpn_span - 1) +
                        ")",
                false;
       ibv_qp_init_attr ia{};
