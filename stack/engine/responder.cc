@@ -263,6 +263,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         no_receive_wqe(qp, psn);
         return;
       }
+      uint8_t* host = nullptr;  // where this packet's bytes go, checked just now
       if (info.starts_message()) {
         // The QP must allow remote writes (the R_Key is checked below, packet by packet).
         if (p.hdr.ext.reth.dma_len != 0 && !(qp->access & IBV_ACCESS_REMOTE_WRITE)) {
@@ -275,8 +276,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         qp->write_va = p.hdr.ext.reth.va;
         qp->write_left = qp->write_len = p.hdr.ext.reth.dma_len;
         if (qp->write_len != 0) {
-          // The whole range once, so that nothing is written of a WRITE that cannot fit.
-          uint8_t* host = nullptr;
+          // The whole range once, so that nothing is written of a WRITE that cannot fit
+          // (this also checks the first packet's bytes).
           if (mrs_.check(qp->write_rkey, qp->pd, qp->write_va, qp->write_len,
                          IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
             reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
@@ -289,10 +290,10 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         return;
       }
       if (len != 0) {
-        // This packet's bytes, against the MR as it is now: deregistered (or re-registered)
+        // A later packet's bytes, against the MR as it is now: deregistered (or re-registered)
         // since the first packet means a remote access error, and nothing written.
-        uint8_t* host = nullptr;
-        if (mrs_.check(qp->write_rkey, qp->pd, qp->write_va, len, IBV_ACCESS_REMOTE_WRITE,
+        if (host == nullptr &&
+            mrs_.check(qp->write_rkey, qp->pd, qp->write_va, len, IBV_ACCESS_REMOTE_WRITE,
                        &host) != mem::AccessError::kOk) {
           counters_.inc(Counter::access_revoked);
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);

@@ -86,7 +86,7 @@ size_t MrTable::position(uint32_t key) const {
   return i;
 }
 
-void MrTable::insert(uint32_t key, uint32_t slot) {
+void MrTable::insert(uint32_t key, Mr* mr) {
   if ((index_used_ + 1) * 2 > index_.size()) {  // keep the load at most 1/2
     std::vector<Entry> old(index_.size() * 2);
     old.swap(index_);
@@ -95,7 +95,7 @@ void MrTable::insert(uint32_t key, uint32_t slot) {
   }
   Entry& e = index_[position(key)];
   if (e.key == 0) ++index_used_;
-  e = {key, slot};
+  e = {key, mr};
 }
 
 void MrTable::erase(uint32_t key) {
@@ -118,7 +118,7 @@ void MrTable::erase(uint32_t key) {
 }
 
 void MrTable::retire(uint32_t key) {
-  index_[position(key)].slot = 0;  // stays in the index: the draw keeps refusing it
+  index_[position(key)].mr = nullptr;  // stays in the index: the draw keeps refusing it
   retired_.push_back(key);
   if (retired_.size() > kRetiredKeys) {
     erase(retired_.front());
@@ -179,17 +179,16 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access)
     errno = e;
     return nullptr;
   }
-  uint32_t idx;
+  Mr* slot;
   if (!free_.empty()) {
-    idx = free_.back();
+    slot = free_.back();
     free_.pop_back();
   } else {
-    idx = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
+    slot = &slots_.emplace_back();
   }
-  Mr& mr = slots_[idx];
+  Mr& mr = *slot;
   mr.key = draw();
-  insert(mr.key, idx + 1);
+  insert(mr.key, slot);
   mr.pd = pd;
   mr.host = static_cast<uint8_t*>(addr);
   mr.iova = iova;
@@ -203,7 +202,7 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access)
 int MrTable::dereg(Mr* mr) {
   if (mr == nullptr || mr->key == 0 || find(mr->key) != mr) return EINVAL;
   --mr->pd->users;
-  free_.push_back(index_[position(mr->key)].slot - 1);
+  free_.push_back(mr);
   retire(mr->key);
   *mr = Mr{};
   --in_use_;
@@ -213,7 +212,7 @@ int MrTable::dereg(Mr* mr) {
 const Mr* MrTable::find(uint32_t key) const {
   if (key == 0) return nullptr;
   const Entry& e = index_[position(key)];
-  return e.key == key && e.slot != 0 ? &slots_[e.slot - 1] : nullptr;
+  return e.key == key ? e.mr : nullptr;
 }
 
 Mr* MrTable::find(uint32_t key) {

@@ -82,19 +82,19 @@ class MrTable {
 
  private:
   struct Entry {
-    uint32_t key = 0;   // 0: empty
-    uint32_t slot = 0;  // index into slots_ + 1; 0: a retired key (refused, finds nothing)
+    uint32_t key = 0;    // 0: empty
+    Mr* mr = nullptr;    // nullptr: a retired key (refused by the draw, finds nothing)
   };
   size_t home(uint32_t key) const;
   size_t position(uint32_t key) const;  // of key's entry, or of the empty entry ending its run
-  void insert(uint32_t key, uint32_t slot);
+  void insert(uint32_t key, Mr* mr);
   void erase(uint32_t key);
   void retire(uint32_t key);
   uint32_t draw();
 
   uint32_t max_mrs_;
   std::deque<Mr> slots_;         // grows at registration; an Mr never moves
-  std::vector<uint32_t> free_;   // free slot indexes
+  std::vector<Mr*> free_;        // slots free for the next registration
   std::vector<Entry> index_;     // power-of-two size, at most half full
   size_t index_used_ = 0;
   std::deque<uint32_t> retired_;  // the newest kRetiredKeys deregistered keys, oldest first
