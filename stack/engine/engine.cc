@@ -53,6 +53,7 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
   while (cfg_.active_mtu > IBV_MTU_256 &&
          mtu_bytes(cfg_.active_mtu) + 18 + 40 + 8 + 60 + 4 > port_.max_frame_len())
     cfg_.active_mtu = static_cast<ibv_mtu>(cfg_.active_mtu - 1);
+  frame_mtu_ = cfg_.active_mtu;
   if (cfg_.node_guid == 0) {
     for (int i = 0; i < 3; ++i) cfg_.node_guid = cfg_.node_guid << 8 | mac_[i];
     cfg_.node_guid = cfg_.node_guid << 16 | 0xfffe;
@@ -108,7 +109,7 @@ void Engine::query_device(ibv_device_attr* a) const {
 int Engine::query_port(uint8_t port_num, ibv_port_attr* a) const {
   if (port_num != 1) return EINVAL;
   *a = ibv_port_attr{};
-  a->state = IBV_PORT_ACTIVE;
+  a->state = link_up_ ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = cfg_.active_mtu;
   a->gid_tbl_len = kGidTableLen;
@@ -118,9 +119,21 @@ int Engine::query_port(uint8_t port_num, ibv_port_attr* a) const {
   a->max_vl_num = 1;
   a->active_width = 2;  // 4x
   a->active_speed = 32;  // EDR-like figure; software has no real speed
-  a->phys_state = 5;    // LinkUp
+  a->phys_state = link_up_ ? 5 : 3;  // LinkUp, or Disabled (as rxe reports a down netdev)
   a->link_layer = IBV_LINK_LAYER_ETHERNET;
   return 0;
+}
+
+void Engine::set_link_up(bool up, bool notify) {
+  if (up == link_up_) return;
+  link_up_ = up;
+  if (notify) post_event(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, nullptr);
+}
+
+void Engine::set_netdev_mtu(uint32_t bytes) {
+  ibv_mtu m = frame_mtu_;
+  while (m > IBV_MTU_256 && mtu_bytes(m) > bytes) m = static_cast<ibv_mtu>(m - 1);
+  cfg_.active_mtu = m;
 }
 
 int Engine::query_gid(uint8_t port_num, int index, ibv_gid* gid) const {
@@ -355,6 +368,12 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
       counters_.inc(Counter::rx_drop_bad_src);
       return false;
     }
+  }
+  if (qp->state == IBV_QPS_RTR && qp->type != IBV_QPT_UD && !qp->comm_est_raised) {
+    // IBA 11.6.3: the first packet a connected QP receives in RTR establishes the
+    // connection (the CM uses it when the RTU is lost: rdma_notify, ib_cm_notify).
+    qp->comm_est_raised = true;
+    post_event(IBV_EVENT_COMM_EST, qp);
   }
   *out = qp;
   return true;

@@ -91,6 +91,12 @@ class Engine {
   // ---- Device, port, GIDs --------------------------------------------------------------
   void query_device(ibv_device_attr* attr) const;
   int query_port(uint8_t port_num, ibv_port_attr* attr) const;
+  /// The interface under the port went down or came up (the verbs provider watches it):
+  /// query_port reports it, and a change raises IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE.
+  void set_link_up(bool up, bool notify = true);
+  /// The interface's MTU (bytes): the port's active MTU becomes the largest IB MTU that fits
+  /// it (and the port's frames), as rxe's does. QPs keep the path MTU they were given.
+  void set_netdev_mtu(uint32_t bytes);
   /// GID table: [0] fe80:: link-local from the MAC, [1] IPv4-mapped (if an IPv4 address is
   /// configured), then the global IPv6 address. All are RoCEv2 GIDs. The table has
   /// kGidTableLen entries, as a port reports it: the rest are empty (ENODATA, a zero GID).
@@ -278,6 +284,8 @@ class Engine {
   std::vector<std::unique_ptr<Ah>> ahs_;
   std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - cfg_.first_qpn
   size_t qp_count_ = 0;                   // live QPs (at most max_qp)
+  bool link_up_ = true;
+  ibv_mtu frame_mtu_ = IBV_MTU_4096;      // the largest IB MTU the port's frames carry
   size_t next_qpn_slot_ = 0;              // where the search for a free QPN starts
   uint32_t next_handle_ = 1;
 

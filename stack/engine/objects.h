@@ -273,6 +273,7 @@ struct Qp {
   bool flush_pending = false;
   bool sq_drained_notified = false;
   bool last_wqe_reached = false;  // IBV_EVENT_QP_LAST_WQE_REACHED raised (SRQ QPs), until reset
+  bool comm_est_raised = false;   // IBV_EVENT_COMM_EST raised (first packet in RTR), until reset
 };
 
 // The verbs structures carry ibv_* pointers; our objects start with that ibv_* member.

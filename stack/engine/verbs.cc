@@ -581,7 +581,7 @@ void Engine::reset_qp(Qp* qp) {
     // the QP in RESET afterwards, where posting is refused).
     std::scoped_lock producers(qp->sq_mu, qp->rq_mu);
     set_state(qp, IBV_QPS_RESET);
-    qp->last_wqe_reached = false;
+    qp->last_wqe_reached = qp->comm_est_raised = false;
     qp->sq.clear();
     qp->rq.clear();
   }

@@ -73,6 +73,11 @@ struct Runtime {
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last drove the engine
   int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
   int qpn_claim_fd = -1;       // abstract Unix socket naming this process's QPN block
+  // The interface's state and MTU, looked at every 100 ms from an engine pass (under emu).
+  int link_fd = -1;            // a datagram socket for the SIOCGIF* ioctls (-1: not watched)
+  std::string link_iface;
+  uint64_t link_next = 0;
+  uint32_t link_mtu = 0;
   StatsShm* stats = nullptr;   // published counters (uroce stats), or null
   std::string stats_name;
   uint64_t stats_next = 0;     // under emu
@@ -81,6 +86,9 @@ struct Runtime {
   std::mutex ctx_mu;
   std::vector<ContextState*> contexts;  // open contexts (port events go to each)
 
+  /// Tells the engine when the interface went down or up, or changed its MTU (under emu).
+  /// `initial`: at open, the state as it is, no event.
+  void watch_link(uint64_t now, bool initial = false);
   /// Runs one engine pass unless another thread is running one: returns false then. With
   /// `posted`, new work is waiting: if the engine is busy, its holder runs another pass
   /// before letting go, so the work is never left behind.

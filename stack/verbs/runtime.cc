@@ -5,10 +5,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -224,6 +226,7 @@ void teardown(Runtime* rt) {
   if (rt->progress.joinable()) rt->progress.join();
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
   if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
+  if (rt->link_fd >= 0) close(rt->link_fd);
   close_stats(rt);
   rt->engine.reset();
   rt->fault.reset();
@@ -292,6 +295,11 @@ Runtime* open_runtime(Device* d) {
   ec.qpn_span = kQpnBlock;
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->quiet_fd = silence_kernel(dc);
+  if (!dc.iface.empty() && dc.iface.size() < IFNAMSIZ) {  // net_tap by devargs: not watched
+    rt->link_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    rt->link_iface = dc.iface;
+    rt->watch_link(now_ns(), /*initial=*/true);  // no thread runs the engine yet
+  }
   rt->stats_name = stats_shm_name(getpid(), dc.name);
   rt->stats = open_stats(rt->stats_name, dc.name);
   Runtime* r = rt.release();
@@ -375,8 +383,25 @@ bool Runtime::drive(bool posted, size_t* work) {
   return ran;
 }
 
+void Runtime::watch_link(uint64_t now, bool initial) {
+  if (link_fd < 0 || (now < link_next && !initial)) return;
+  link_next = now + 100'000'000;
+  ifreq r{};
+  std::memcpy(r.ifr_name, link_iface.data(), link_iface.size());
+  if (ioctl(link_fd, SIOCGIFFLAGS, &r) != 0) return;  // the interface is gone: nothing to say
+  // Up means administratively up with a carrier (a veth whose peer is down is not running).
+  engine->set_link_up((r.ifr_flags & IFF_UP) != 0 && (r.ifr_flags & IFF_RUNNING) != 0,
+                      !initial);
+  if (ioctl(link_fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu > 0 &&
+      static_cast<uint32_t>(r.ifr_mtu) != link_mtu) {
+    link_mtu = static_cast<uint32_t>(r.ifr_mtu);
+    engine->set_netdev_mtu(link_mtu);
+  }
+}
+
 size_t Runtime::pass_locked() {
   const uint64_t now = now_ns();
+  watch_link(now);
   const size_t work = engine->poll(now);
   deliver_cq_events(this);
   deliver_async_locked();

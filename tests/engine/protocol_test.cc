@@ -21,6 +21,27 @@ TEST_F(Responder, InOrderWriteIsAckedWithItsPsnAndMsn) {
   EXPECT_EQ(mem[32 + 100], 0xAB);
 }
 
+TEST_F(Responder, FirstPacketInRtrRaisesCommEstOnce) {
+  // IBA 11.6.3: a connected QP in RTR that receives its first packet reports the connection
+  // established (IBV_EVENT_COMM_EST), once; the QP in RTS set up by the fixture never does.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  step();
+  AsyncEvent ev;
+  EXPECT_FALSE(engine->pop_async_event(&ev));
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  side_qp(o, /*stop_at_rtr=*/true);
+  ASSERT_EQ(qp->state, IBV_QPS_RTR);
+  for (uint32_t i = 0; i < 2; ++i)
+    send(opcode::kRcWriteOnly, kEpsn + i, std::vector<uint8_t>(8, 1), reth(0, 8));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);  // one coalesced ACK: RTR answers requests
+  ASSERT_TRUE(engine->pop_async_event(&ev));
+  EXPECT_EQ(ev.type, IBV_EVENT_COMM_EST);
+  EXPECT_EQ(ev.qp, qp);
+  EXPECT_FALSE(engine->pop_async_event(&ev));
+}
+
 TEST_F(Responder, DuplicateWriteIsReAckedNotReExecuted) {
   send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
   step();

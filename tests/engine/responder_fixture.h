@@ -48,7 +48,8 @@ class Responder : public ::testing::Test {
   /// For fixtures built on this one: engine settings before the engine is made.
   virtual void configure(EngineConfig&) {}
 
-  void side_qp(const QpOptions& o) {
+  /// A new QP (now `qp`) connected to the peer, in RTS (or left in RTR).
+  void side_qp(const QpOptions& o, bool stop_at_rtr = false) {
     ibv_qp_init_attr ia{};
     ia.send_cq = &cq->ibv;
     ia.recv_cq = &cq->ibv;
@@ -81,6 +82,7 @@ class Responder : public ::testing::Test {
                                     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
                                     IBV_QP_MIN_RNR_TIMER),
               0);
+    if (stop_at_rtr) return;
     a = {};
     a.qp_state = IBV_QPS_RTS;
     a.sq_psn = o.sq_psn;

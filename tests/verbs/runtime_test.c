@@ -15,12 +15,15 @@
  *              files
  *   exit       exit() while a thread is still posting and every object is open: a clean
  *              exit, no counters file left
+ *   link IFACE the interface goes down and comes back with another MTU: PORT_ERR and
+ *              PORT_ACTIVE on every context, ibv_query_port's state and active MTU follow
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -545,6 +548,49 @@ static int mode_exit(void) {
   exit(0);  /* the shell checks the exit status and that no counters file is left */
 }
 
+/* ---- link ------------------------------------------------------------------------------------ */
+
+/* The next async event within 30 s (a bound against a hang, not a wait for timing). */
+static enum ibv_event_type next_event(struct ibv_context* c) {
+  struct pollfd p = {.fd = c->async_fd, .events = POLLIN};
+  CHECK(poll(&p, 1, 30000) == 1, "no async event within 30 s");
+  struct ibv_async_event ev;
+  CHECK(ibv_get_async_event(c, &ev) == 0, "ibv_get_async_event");
+  ibv_ack_async_event(&ev);
+  return ev.event_type;
+}
+
+static void run(const char* cmd) { CHECK(system(cmd) == 0, "%s failed", cmd); }
+
+/* The interface goes down, changes its MTU and comes back: both contexts hear PORT_ERR and
+ * PORT_ACTIVE, and ibv_query_port follows (state, and the active MTU the new MTU allows). */
+static int mode_link(const char* iface) {
+  struct ibv_context* c1 = open_named("uroce0");
+  struct ibv_context* c2 = open_named("uroce0");
+  CHECK(c1 && c2, "open: errno %d", errno);
+  struct ibv_port_attr pa;
+  CHECK(ibv_query_port(c1, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE, "not ACTIVE at first");
+  const enum ibv_mtu mtu0 = pa.active_mtu;
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "ip link set dev %s down", iface);
+  run(cmd);
+  CHECK(next_event(c1) == IBV_EVENT_PORT_ERR, "c1: not PORT_ERR");
+  CHECK(next_event(c2) == IBV_EVENT_PORT_ERR, "c2: not PORT_ERR");
+  CHECK(ibv_query_port(c2, 1, &pa) == 0 && pa.state == IBV_PORT_DOWN, "state %d, not DOWN",
+        pa.state);
+  snprintf(cmd, sizeof cmd, "ip link set dev %s mtu 1000 up", iface);
+  run(cmd);
+  CHECK(next_event(c1) == IBV_EVENT_PORT_ACTIVE, "c1: not PORT_ACTIVE");
+  CHECK(next_event(c2) == IBV_EVENT_PORT_ACTIVE, "c2: not PORT_ACTIVE");
+  CHECK(ibv_query_port(c1, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE, "not ACTIVE again");
+  CHECK(mtu0 > IBV_MTU_512 && pa.active_mtu == IBV_MTU_512,
+        "active MTU %d at interface MTU 1000 (was %d)", pa.active_mtu, mtu0);
+  CHECK(ibv_close_device(c2) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: link down and up: PORT_ERR and PORT_ACTIVE to both contexts, port state DOWN "
+         "then ACTIVE, active MTU enum %d -> %d at interface MTU 1000\n", mtu0, IBV_MTU_512);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char* m = argc > 1 ? argv[1] : "";
@@ -558,7 +604,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "stress")) return mode_stress();
   if (!strcmp(m, "fork")) return mode_fork();
   if (!strcmp(m, "exit")) return mode_exit();
-  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit\n",
+  if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
+  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
+          "link IFACE\n",
           argv[0]);
   return 2;
 }

@@ -41,11 +41,8 @@ if [ "$(id -u)" -ne 0 ]; then echo "SKIP: ibv_devinfo part needs root (network n
 ns=uv$$
 cleanup() { ip netns del "$ns" 2>/dev/null || true; }
 trap cleanup EXIT
-ip netns add "$ns"
-ip link add "${ns}a" type veth peer name "${ns}b"
-ip link set "${ns}a" netns "$ns"
-ip -n "$ns" link set "${ns}a" up
-ip -n "$ns" addr add 10.97.0.1/24 dev "${ns}a"
+. "$(dirname "$0")/../../tools/lib/netns.sh"
+veth_ns "$ns" 10.97.0.1/24  # both ends up inside the namespace: a carrier, so PORT_ACTIVE
 info=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo -v)
 for want in 'hca_id:\s+uroce0' 'transport:\s+InfiniBand \(0\)' 'state:\s+PORT_ACTIVE' \
             'link_layer:\s+Ethernet' 'GID\[\s*1\]:\s+::ffff:10.97.0.1, RoCE v2' \
