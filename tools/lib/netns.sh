@@ -1,5 +1,5 @@
 # Shell helpers shared by the scripts that run verbs programs in network namespaces
-# (tools/quickstart.sh, tools/bench/verbs.sh, tests/verbs/verbs_programs.sh,
+# (tools/quickstart.sh, tools/bench/side_by_side.sh, tests/verbs/verbs_programs.sh,
 # tests/verbs/runtime.sh, tests/verbs/pyverbs_suite.sh, tests/interop/interop.sh,
 # tests/install/). Source it; it defines functions only.
 

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The kernel's own sockets and uroce on the same link, in one run: two network namespaces
+# joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B) and qperf (tcp_lat,
+# udp_lat) over the kernel, then unmodified perftest over uroce (DPDK net_af_packet on the
+# same veth). Prints each figure with its ratio to the kernel's, and the CPU of each side
+# (share of one core, /usr/bin/time %P); saves docs/bench/side_by_side.csv and .png.
+# Medians of RUNS runs (default 3). Needs root; run with nothing else busy.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${RUNS:-3}
+for t in iperf3 qperf ib_write_bw; do
+  command -v "$t" >/dev/null || { echo "side_by_side: $t is missing: run tools/install-deps.sh"; exit 1; }
+done
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DUROCE_BUILD_TESTS=OFF >/dev/null
+cmake --build build-release -j"${UROCE_JOBS:-2}" --target uroce_ibverbs uroce >/dev/null
+uroce=$PWD/build-release/tools/uroce/uroce
+a=uroce-bench-a b=uroce-bench-b
+tmp=$(mktemp -d)
+. tools/lib/netns.sh  # two_hosts, drop_hosts, wait_listen NS [PORT]
+trap 'drop_hosts "$a" "$b"; rm -rf "$tmp"' EXIT
+drop_hosts "$a" "$b"
+two_hosts "$a" "$b" ubn-a ubn-b 10.91.0
+ip -n "$a" link set ubn-a mtu 9000; ip -n "$b" link set ubn-b mtu 9000
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# Each run prints "value server_cpu% client_cpu%".
+# perftest over uroce: COLUMN of the result line (4: MB/s average, 5: Mpps / usec typical).
+perftest() {
+  local col=$1; shift
+  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn-b -- "$@" \
+    >"$tmp/s.out" 2>&1 &
+  local server=$!
+  wait_listen "$b"
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn-a -- "$@" \
+    10.91.0.2 >"$tmp/c.out" 2>&1
+  wait "$server"
+  local v
+  v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
+  echo "${v:-0} $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+}
+# iperf3 (one test per server): WHAT = tcp_MBps | udp_pps | udp_MBps; ARGS for the client.
+iperf() {
+  local what=$1; shift
+  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" iperf3 -s -1 >/dev/null 2>&1 &
+  local server=$!
+  wait_listen "$b" 5201
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" iperf3 -c 10.91.0.2 -t 3 -J "$@" \
+    >"$tmp/c.json" 2>/dev/null
+  wait "$server" || true
+  local v
+  v=$(/usr/bin/python3 - "$tmp/c.json" "$what" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))["end"]
+if sys.argv[2] == "tcp_MBps":
+    print(round(e["sum_received"]["bits_per_second"] / 8e6, 1))
+else:
+    s = e["sum"]  # UDP: what arrived (sent minus lost) per second
+    got = s["packets"] - s["lost_packets"]
+    print(round(got / s["seconds"]) if sys.argv[2] == "udp_pps"
+          else round(got * s["bytes"] / max(s["packets"], 1) / s["seconds"] / 1e6, 1))
+PY
+)
+  echo "$v $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+}
+# qperf: TEST (tcp_lat / udp_lat), one-way latency of 8-byte messages in us.
+qperf_lat() {
+  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" qperf >/dev/null 2>&1 &
+  local server=$!
+  wait_listen "$b" 19765
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" qperf -t 3 -m 8 10.91.0.2 "$1" \
+    >"$tmp/c.out" 2>&1
+  # The server runs until stopped: stop qperf alone, so that time reports what it used.
+  local p
+  for p in $(ip netns pids "$b"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = qperf ] && kill "$p" 2>/dev/null
+  done
+  wait "$server" 2>/dev/null || true
+  local v
+  v=$(awk '/latency/ {x = $3; if ($4 == "ms") x *= 1000; if ($4 == "ns") x /= 1000; print x}' "$tmp/c.out")
+  echo "${v:-0} $(tail -1 "$tmp/s.cpu" | tr -d '%') $(tr -d '%' < "$tmp/c.cpu")"
+}
+
+# An idle uroce process: perftest's server with its device open and its QP created, waiting
+# for a client that does not come. CPU (share of one core) of everything in the namespace over
+# 5 s, from /proc (utime + stime).
+ns_ticks() { ip netns pids "$b" | while read -r p; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{s += $1} END {print s + 0}'; }
+idle_cpu() {
+  ip netns exec "$b" "$uroce" run --iface ubn-b -- ib_write_bw -d uroce0 -x 1 >/dev/null 2>&1 &
+  wait_listen "$b"
+  local t0 t1
+  t0=$(ns_ticks); sleep 5; t1=$(ns_ticks)
+  ip netns pids "$b" | xargs -r kill 2>/dev/null || true
+  while [ -n "$(ip netns pids "$b")" ]; do sleep 0.05; done
+  echo "$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", 100 * d / hz / 5}') 0 0"
+}
+
+mkdir -p docs/bench
+csv=docs/bench/side_by_side.csv
+echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to" > "$csv"
+declare -A fig
+row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
+  local group=$1 name=$2 unit=$3 ref=$4; shift 4
+  : > "$tmp/r"
+  for _ in $(seq "$runs"); do "$@" >> "$tmp/r"; done
+  local v s c ratio="" 
+  v=$(awk '{print $1}' "$tmp/r" | median); s=$(awk '{print $2}' "$tmp/r" | median)
+  c=$(awk '{print $3}' "$tmp/r" | median)
+  fig[$name]=$v
+  if [ "$ref" != - ]; then ratio=$(awk -v x="$v" -v y="${fig[$ref]}" 'BEGIN {printf "%.2f", (y > 0 ? x / y : 0)}'); fi
+  printf '%-7s %-24s %12s %-9s %6s %6s   %s\n' "$group" "$name" "$v" "$unit" "$s" "$c" \
+    "${ratio:+${ratio}x $ref}"
+  echo "$group,$name,$v,$unit,$s,$c,$ratio,${ref/-/}" >> "$csv"
+}
+printf '%-7s %-24s %12s %-9s %6s %6s   %s\n' "" test value unit "srvCPU" "cliCPU" "uroce / kernel"
+row kernel "iperf3 TCP" MB/s - iperf tcp_MBps
+row kernel "iperf3 UDP 64 B" msg/s - iperf udp_pps -u -b 0 -l 64
+row kernel "iperf3 UDP 8000 B" MB/s - iperf udp_MBps -u -b 0 -l 8000
+row kernel "qperf tcp_lat 8 B" us - qperf_lat tcp_lat
+row kernel "qperf udp_lat 8 B" us - qperf_lat udp_lat
+mpps_to_msgs() { awk '{printf "%d %s %s\n", $1 * 1e6, $2, $3}'; }
+bw64() { perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+row uroce "ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" bw64
+row uroce "ib_write_bw 4 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -n 20000 -s 4096
+row uroce "ib_write_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row uroce "ib_send_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_send_bw -d uroce0 -x 1 -n 5000 -s 65536
+row uroce "ib_read_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_read_bw -d uroce0 -x 1 -n 5000 -s 65536
+row uroce "ib_write_bw -q 1 4 KiB" MB/s - perftest 4 ib_write_bw -d uroce0 -x 1 -n 20000 -s 4096 -q 1
+row uroce "ib_write_bw -q 16 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -n 2000 -s 4096 -q 16
+row uroce "ib_write_bw -q 256 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -n 200 -s 4096 -q 256
+row uroce "ib_send_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row uroce "ib_write_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row uroce "ib_read_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
+row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d uroce0 -x 1 -n 2000
+row uroce "idle, device open" "% of a core" - idle_cpu
+echo "CSV: $csv"
+
+if command -v gnuplot >/dev/null; then
+  gnuplot <<'GP'
+set terminal pngcairo size 1100,480 noenhanced
+set output 'docs/bench/side_by_side.png'
+set datafile separator ','
+set multiplot layout 1,2 title 'The kernel sockets (blue: iperf3, qperf) and uroce (red: perftest) on one veth pair, in one run'
+set style fill solid 0.8
+set boxwidth 0.6
+set key off
+set xtics rotate by -35
+color(g) = g eq 'kernel' ? 0x4477aa : 0xcc6677
+set yrange [0:*]
+set title 'bandwidth, MB/s (higher is better)'
+plot '< grep -E "MB/s" docs/bench/side_by_side.csv | grep -v -- "-q"' \
+  using 0:3:(color(stringcolumn(1))):xtic(2) with boxes lc rgb variable
+set title 'one-way latency of 8 B, us (lower is better, log scale)'
+set logscale y
+set yrange [1:*]
+plot '< grep -E ",us," docs/bench/side_by_side.csv' \
+  using 0:3:(color(stringcolumn(1))):xtic(2) with boxes lc rgb variable
+unset multiplot
+GP
+  echo "plot: docs/bench/side_by_side.png"
+fi
