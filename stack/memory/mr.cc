@@ -64,12 +64,15 @@ bool writable(int access) {
                     IBV_ACCESS_MW_BIND)) != 0;
 }
 
-bool valid_region(const Pd* pd, const void* addr, uint64_t length, int access) {
+/// 0, or the errno for registering [addr, addr+length) with `access` in `pd` (reg, rereg).
+int region_errno(const Pd* pd, const void* addr, uint64_t length, int access) {
   // IBA: remote write or remote atomic access requires local write access.
   const bool needs_local_write =
       (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
-  return pd != nullptr && (addr != nullptr || length == 0) &&
-         (!needs_local_write || (access & IBV_ACCESS_LOCAL_WRITE));
+  if (pd == nullptr || (addr == nullptr && length != 0) ||
+      (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE)))
+    return EINVAL;
+  return host_range_errno(addr, length, writable(access));
 }
 }  // namespace
 
@@ -158,8 +161,8 @@ uint32_t MrTable::draw() {
 // ---- Registration ---------------------------------------------------------------------------
 
 int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  if (mr == nullptr || mr->key == 0 || !valid_region(pd, addr, length, access)) return EINVAL;
-  if (int e = host_range_errno(addr, length, writable(access)); e != 0) return e;
+  if (mr == nullptr || mr->key == 0) return EINVAL;
+  if (int e = region_errno(pd, addr, length, access); e != 0) return e;
   --mr->pd->users;
   ++pd->users;
   mr->pd = pd;
@@ -171,9 +174,7 @@ int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, 
 }
 
 Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  int e = valid_region(pd, addr, length, access)
-              ? host_range_errno(addr, length, writable(access))
-              : EINVAL;
+  int e = region_errno(pd, addr, length, access);
   if (e == 0 && in_use_ >= max_mrs_) e = ENOMEM;
   if (e != 0) {
     errno = e;

@@ -5,8 +5,8 @@
 // so a peer that guesses has one chance in about four billion per try; nothing in a key says
 // where its MR lives. A hash index (open addressing, load at most 1/2) finds the MR in O(1)
 // without a scan. A key is never issued twice while a peer could still hold it: keys in use
-// and the last kRetiredKeys deregistered ones are refused by the draw. Key 0 is never
-// issued. L_Key and R_Key are the same value.
+// and the last kRetiredKeys deregistered ones are refused by the draw. Keys 0 and
+// 0xFFFFFFFF are never issued. L_Key and R_Key are the same value.
 //
 // Registration checks the range as the kernel pins it: a range that wraps the address space
 // is EINVAL, one with a page that is unmapped or lacks the access EFAULT.

@@ -143,7 +143,6 @@ bool is_parent_domain(ibv_pd* pd);
 void deliver_cq_events(Runtime* rt);
 /// Destroys every object the application left in the context (objects.cc; at close).
 void destroy_context_objects(ContextState* s);
-/// Writes an async event to a context's pipe (never blocks; dropped if the reader is gone).
 /// What the async pipe carries: the event and the number of the object it names (QPN, or the
 /// CQ's / SRQ's handle), so that an event about a destroyed object is never taken for one
 /// about a new object that got the same address.
@@ -151,6 +150,7 @@ struct AsyncRecord {
   ibv_async_event ev;
   uint32_t id;
 };
+/// Writes an async event to a context's pipe (never blocks; dropped if the reader is gone).
 bool post_async(ContextState* s, const ibv_async_event& ev, uint32_t id = 0);
 
 /// Which object an async event of this type names (IBV_EVENT_* -> element).

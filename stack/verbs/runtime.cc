@@ -76,6 +76,8 @@ int silence_kernel(const config::DeviceConfig& dc) {
   return fd;
 }
 
+constexpr uint32_t kQpnBlock = 0x10000;  // QPNs per process (max_qp is 4096), in rotation
+
 /// Several processes may open the same device (interface); each runs its own engine, so their
 /// QPNs must not overlap. Each claims a block of QPNs by binding an abstract-namespace Unix
 /// socket named after the interface and the block number: the first free name wins, and the
@@ -83,8 +85,6 @@ int silence_kernel(const config::DeviceConfig& dc) {
 /// to the network namespace, as interfaces do, and leave no file anywhere. Block 0 starts at
 /// 0x11 as in rdma_rxe. Returns the first QPN (0x11 if no block can be claimed) and the
 /// socket.
-constexpr uint32_t kQpnBlock = 0x10000;  // QPNs per process (max_qp is 4096), in rotation
-
 uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
   const std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
   *claim_fd = -1;

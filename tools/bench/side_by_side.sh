@@ -102,7 +102,7 @@ row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
   local group=$1 name=$2 unit=$3 ref=$4; shift 4
   : > "$tmp/r"
   for _ in $(seq "$runs"); do "$@" >> "$tmp/r"; done
-  local v s c ratio="" 
+  local v s c ratio=""
   v=$(awk '{print $1}' "$tmp/r" | median); s=$(awk '{print $2}' "$tmp/r" | median)
   c=$(awk '{print $3}' "$tmp/r" | median)
   fig[$name]=$v
