@@ -57,7 +57,8 @@ namespace uroce {
   X(arp_requests_sent, "ARP requests sent to resolve a neighbour")                      \
   X(arp_failures, "neighbours that did not answer ARP")                                 \
   X(access_revoked, "WRITE/READ stopped mid-message: its MR was deregistered or changed") \
-  X(inv_rkey_refused, "SEND with invalidate naming a key that cannot be invalidated")
+  X(inv_rkey_refused, "SEND with invalidate naming a key that cannot be invalidated")   \
+  X(windows_invalidated, "type 2 memory windows invalidated by a peer's SEND with invalidate")
 
 enum class Counter : uint16_t {
 #define UROCE_X(id, text) id,

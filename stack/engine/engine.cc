@@ -86,12 +86,14 @@ void Engine::query_device(ibv_device_attr* a) const {
   a->max_qp = static_cast<int>(cfg_.max_qp);
   a->max_qp_wr = static_cast<int>(cfg_.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
-                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
+                        IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_SYS_IMAGE_GUID |
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = static_cast<int>(cfg_.max_sge);
   a->max_sge_rd = static_cast<int>(cfg_.max_sge);
   a->max_cq = static_cast<int>(cfg_.max_cq);
   a->max_cqe = static_cast<int>(cfg_.max_cqe);
   a->max_mr = static_cast<int>(cfg_.max_mr);
+  a->max_mw = static_cast<int>(cfg_.max_mr);  // a table of their own, as large
   a->max_pd = static_cast<int>(cfg_.max_pd);
   a->max_qp_rd_atom = cfg_.max_rd_atomic;
   a->max_qp_init_rd_atom = cfg_.max_rd_atomic;
@@ -538,7 +540,12 @@ bool Engine::push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp) {
       cq->overflowed = true;
       post_event(IBV_EVENT_CQ_ERR, nullptr, cq);
     }
-    if (qp != nullptr && qp->state != IBV_QPS_ERR) enter_error(qp);
+    // The QP whose completion was lost cannot go on (IBA 11.6.3.1, a local work queue
+    // catastrophic error): it enters the error state and raises IBV_EVENT_QP_FATAL.
+    if (qp != nullptr && qp->state != IBV_QPS_ERR) {
+      enter_error(qp);
+      post_event(IBV_EVENT_QP_FATAL, qp);
+    }
     return false;
   }
   ++cq->notify_gen;

@@ -126,6 +126,12 @@ class Engine {
   int rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
   int dereg_mr(mem::Mr* mr);
   const mem::MrTable& mr_table() const { return mrs_; }
+  /// ibv_alloc_mw / ibv_dealloc_mw.
+  mem::Mw* alloc_mw(mem::Pd* pd, ibv_mw_type type);
+  int dealloc_mw(mem::Mw* mw);
+  /// ibv_bind_mw: queues the bind of a type 1 window on `qp`'s send queue (it takes effect
+  /// in order with the work before it). 0 or the errno ibv_post_send would give.
+  int post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags, const mem::BindRequest& b);
   Cq* create_cq(int cqe);
   /// ibv_resize_cq: EINVAL if the CQ holds more completions than `cqe`.
   int resize_cq(Cq* cq, int cqe);
@@ -233,6 +239,8 @@ class Engine {
   bool requester_step(Qp* qp, uint32_t* budget);
   bool send_packet(Qp* qp, SendWqe& w);
   bool prepare_wqe(Qp* qp, SendWqe& w);
+  /// Carries out a bind or local invalidate; false (the QP in error) if it fails.
+  bool run_local_op(Qp* qp, SendWqe& w);
   void complete_send(Qp* qp, SendWqe& w);
   void retire_sq(Qp* qp);
   bool gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uint32_t len);

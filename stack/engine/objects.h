@@ -132,6 +132,7 @@ struct SendWqe {
   uint32_t length = 0;  // total bytes
   bool is_inline = false;
   std::array<uint8_t, kMaxInline> inline_data{};
+  mem::BindRequest bind{};  // IBV_WR_BIND_MW (ibv_bind_mw posts one too)
 
   // Progress.
   WqeState state = WqeState::kPosted;
@@ -147,6 +148,8 @@ struct SendWqe {
            opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   }
   Psn last_psn() const { return first_psn + static_cast<int32_t>(npkts) - 1; }
+  /// Carried out by the requester when it reaches it; sends nothing, takes no PSN.
+  bool is_local() const { return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV; }
 };
 
 /// A READ or ATOMIC the responder accepted: kept so that a duplicate can be answered from it,

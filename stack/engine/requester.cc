@@ -201,6 +201,19 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
     if (qp->sq_cursor == qp->sq_assigned_end) {
       // A new WQE: may it start now?
       if (qp->state == IBV_QPS_SQD) break;  // draining: no new work
+      if (w.is_local()) {
+        // A bind or local invalidate: carried out here, in order with the work before it (a
+        // fenced bind waits for the READs and atomics before it, as a fenced SEND does). A
+        // local invalidate waits until everything before it has completed, as rxe's does:
+        // work posted earlier may still be using the window.
+        if ((w.send_flags & IBV_SEND_FENCE) && qp->rd_atomic_outstanding > 0) break;
+        if (w.opcode == IBV_WR_LOCAL_INV && qp->sq.head_index() != qp->sq_cursor) break;
+        ++qp->sq_assigned_end;
+        ++qp->sq_cursor;
+        if (!run_local_op(qp, w)) return false;  // the QP is in error
+        retire_sq(qp);
+        continue;
+      }
       if (qp->type == IBV_QPT_RC) {
         // All the PSNs it will take, a READ's response packets included.
         const uint32_t n = psn_span(w, qp->mtu);
@@ -278,6 +291,21 @@ void Engine::retire_sq(Qp* qp) {
     qp->sq.pop();
   }
   if (qp->sq_cursor < qp->sq.head_index()) qp->sq_cursor = qp->sq.head_index();
+}
+
+bool Engine::run_local_op(Qp* qp, SendWqe& w) {
+  if (w.opcode == IBV_WR_BIND_MW) {
+    if (!mrs_.bind(w.bind, qp->pd, qp->qpn)) {
+      fail_send(qp, w, IBV_WC_MW_BIND_ERR);
+      return false;
+    }
+  } else if (!mrs_.invalidate(w.imm_or_inv, qp->pd, 0)) {  // IBV_WR_LOCAL_INV
+    fail_send(qp, w, IBV_WC_LOC_QP_OP_ERR);
+    return false;
+  }
+  w.state = WqeState::kDone;
+  w.status = IBV_WC_SUCCESS;
+  return true;
 }
 
 void Engine::complete_send(Qp* qp, SendWqe& w) {

@@ -242,13 +242,16 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       }
       if (info.ends_message()) {
         if (info.has(Ext::kIeth)) {
-          // Only memory windows and fast-registration MRs may be invalidated remotely (IBA
-          // 10.6.6; rxe refuses an ibv_reg_mr MR too). uroce has neither (ibv_alloc_mw and
-          // IBV_ACCESS_MW_BIND are EOPNOTSUPP), so no key can be: the peer's request is
-          // invalid, and the MR its key names stays exactly as it was.
-          counters_.inc(Counter::inv_rkey_refused);
-          reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-          return;
+          // Only a type 2 window bound to this very QP may be invalidated by its peer (IBA
+          // 10.6.7.2; fast-registration MRs, the other kind, do not exist here). An MR, a
+          // type 1 window, another QP's window or a stale key: the request is invalid, and
+          // what the key names stays exactly as it was.
+          if (!mrs_.invalidate(p.hdr.ext.ieth.rkey, qp->pd, qp->qpn)) {
+            counters_.inc(Counter::inv_rkey_refused);
+            reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+            return;
+          }
+          counters_.inc(Counter::windows_invalidated);
         }
         qp->in_msg = false;
         qp->msn = (qp->msn + 1) & 0xFFFFFF;
@@ -278,8 +281,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         if (qp->write_len != 0) {
           // The whole range once, so that nothing is written of a WRITE that cannot fit
           // (this also checks the first packet's bytes).
-          if (mrs_.check(qp->write_rkey, qp->pd, qp->write_va, qp->write_len,
-                         IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
+          if (mrs_.check_remote(qp->write_rkey, qp->pd, qp->qpn, qp->write_va, qp->write_len,
+                                IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
             reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
             return;
           }
@@ -293,8 +296,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         // A later packet's bytes, against the MR as it is now: deregistered (or re-registered)
         // since the first packet means a remote access error, and nothing written.
         if (host == nullptr &&
-            mrs_.check(qp->write_rkey, qp->pd, qp->write_va, len, IBV_ACCESS_REMOTE_WRITE,
-                       &host) != mem::AccessError::kOk) {
+            mrs_.check_remote(qp->write_rkey, qp->pd, qp->qpn, qp->write_va, len,
+                              IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
           counters_.inc(Counter::access_revoked);
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
@@ -322,8 +325,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       if (r.dma_len != 0) {
         uint8_t* host;
         if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
-            mrs_.check(r.rkey, qp->pd, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ, &host) !=
-                mem::AccessError::kOk) {
+            mrs_.check_remote(r.rkey, qp->pd, qp->qpn, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ,
+                              &host) != mem::AccessError::kOk) {
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
         }
@@ -348,7 +351,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       const AtomicEthRepr& a = p.hdr.ext.atomic;
       uint8_t* host = nullptr;
       if (!(qp->access & IBV_ACCESS_REMOTE_ATOMIC) ||
-          mrs_.check(a.rkey, qp->pd, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+          mrs_.check_remote(a.rkey, qp->pd, qp->qpn, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
               mem::AccessError::kOk) {
         reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
@@ -385,7 +388,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       const RethRepr& r = p.hdr.ext.reth;
       uint8_t* host = nullptr;
       if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
-          mrs_.check(r.rkey, qp->pd, r.va, 8, IBV_ACCESS_REMOTE_WRITE, &host) !=
+          mrs_.check_remote(r.rkey, qp->pd, qp->qpn, r.va, 8, IBV_ACCESS_REMOTE_WRITE, &host) !=
               mem::AccessError::kOk) {
         reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
@@ -424,8 +427,8 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       if (reth.dma_len != 0) {
         uint8_t* host;
         if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
-            mrs_.check(reth.rkey, qp->pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ,
-                       &host) != mem::AccessError::kOk) {
+            mrs_.check_remote(reth.rkey, qp->pd, qp->qpn, reth.va, reth.dma_len,
+                              IBV_ACCESS_REMOTE_READ, &host) != mem::AccessError::kOk) {
           responder_error(qp, NakCode::kRemoteAccessError, psn, IBV_WC_WR_FLUSH_ERR);
           return;
         }
@@ -465,8 +468,8 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   const uint32_t offset = i * qp->mtu;
   const uint32_t len = std::min(qp->mtu, r.length - std::min(r.length, offset));
   uint8_t* host = nullptr;
-  if (len != 0 && mrs_.check(r.rkey, qp->pd, r.va + offset, len, IBV_ACCESS_REMOTE_READ,
-                             &host) != mem::AccessError::kOk) {
+  if (len != 0 && mrs_.check_remote(r.rkey, qp->pd, qp->qpn, r.va + offset, len,
+                                    IBV_ACCESS_REMOTE_READ, &host) != mem::AccessError::kOk) {
     // The MR was deregistered (or changed) since the request was checked: not one more
     // byte of it goes out. NAK this response's PSN; the requester's READ fails with a
     // remote access error.

@@ -71,6 +71,8 @@ ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) {
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
     case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     default: return IBV_WC_SEND;
   }
 }
@@ -118,7 +120,9 @@ bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
     case IBV_WR_ATOMIC_WRITE:
     case IBV_WR_SEND_WITH_INV: return t == IBV_QPT_RC;
-    default: return false;  // LOCAL_INV, BIND_MW, TSO, DRIVER1: not supported
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV: return t != IBV_QPT_UD;  // windows serve RC and UC peers
+    default: return false;  // TSO, DRIVER1: not supported
   }
 }
 
@@ -154,11 +158,9 @@ namespace {
 int access_errno(int access) {
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                             IBV_ACCESS_RELAXED_ORDERING;
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
   if (!(access & ~kSupported)) return 0;
-  return (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND))
-             ? EOPNOTSUPP
-             : EINVAL;
+  return (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND)) ? EOPNOTSUPP : EINVAL;
 }
 }  // namespace
 
@@ -178,6 +180,10 @@ int Engine::rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64
 }
 
 int Engine::dereg_mr(mem::Mr* mr) { return mrs_.dereg(mr); }
+
+mem::Mw* Engine::alloc_mw(mem::Pd* pd, ibv_mw_type type) { return mrs_.alloc_mw(pd, type); }
+
+int Engine::dealloc_mw(mem::Mw* mw) { return mrs_.dealloc_mw(mw); }
 
 // ---- CQ, SRQ, AH ------------------------------------------------------------------------------
 
@@ -397,6 +403,7 @@ int Engine::destroy_qp(Qp* qp) {
   // Its completions go with it: a later QP with the same number must not inherit them.
   clean_cq(qp->send_cq, qp->qpn);
   if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
+  mrs_.release_qp(qp->qpn);  // its type 2 windows: no later QP may use them
   --qp->pd->users;
   --qp->send_cq->users;
   --qp->recv_cq->users;
@@ -657,6 +664,15 @@ int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) 
   const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
   if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return EINVAL;
   if (!opcode_allowed(qp->type, wr->opcode)) return EINVAL;
+  *total = 0;
+  if (wr->opcode == IBV_WR_BIND_MW) {
+    // IBV_WR_BIND_MW binds type 2 windows; type 1 windows have ibv_bind_mw (verbs.h).
+    const ibv_mw* mw = wr->bind_mw.mw;
+    const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
+    if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || b.mr == nullptr) return EINVAL;
+    return 0;
+  }
+  if (wr->opcode == IBV_WR_LOCAL_INV) return 0;
   if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) return EINVAL;
   *total = 0;
   for (int i = 0; i < wr->num_sge; ++i) *total += wr->sg_list[i].length;
@@ -708,6 +724,17 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
     w.imm_or_inv = wr->imm_data;
     w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
     switch (wr->opcode) {
+      case IBV_WR_BIND_MW: {
+        const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
+        w.bind = {wr->bind_mw.mw->rkey, wr->bind_mw.rkey, b.mr->lkey, b.addr, b.length,
+                  static_cast<int>(b.mw_access_flags), false};
+        w.imm_or_inv = 0;
+        qp->sq.commit();
+        continue;
+      }
+      case IBV_WR_LOCAL_INV:
+        qp->sq.commit();  // imm_or_inv holds invalidate_rkey
+        continue;
       case IBV_WR_ATOMIC_CMP_AND_SWP:
       case IBV_WR_ATOMIC_FETCH_AND_ADD:
         w.remote_addr = wr->wr.atomic.remote_addr;
@@ -746,6 +773,29 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
   // The WRs ahead of a failing one stay posted: they must go out too.
   if (wr != first) ring_doorbell(qp);
   return err;
+}
+
+int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,
+                         const mem::BindRequest& b) {
+  {
+    std::lock_guard<std::mutex> producer(qp->sq_mu);
+    const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
+    if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR ||
+        !opcode_allowed(qp->type, IBV_WR_BIND_MW))
+      return EINVAL;
+    if (qp->sq.full()) return ENOMEM;
+    SendWqe& w = qp->sq.next_slot();
+    w = SendWqe{};
+    w.wr_id = wr_id;
+    w.opcode = IBV_WR_BIND_MW;
+    w.send_flags = send_flags;
+    w.signaled = qp->sq_sig_all || (send_flags & IBV_SEND_SIGNALED);
+    w.bind = b;
+    w.bind.type1 = true;
+    qp->sq.commit();
+  }
+  ring_doorbell(qp);
+  return 0;
 }
 
 int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {

@@ -79,26 +79,29 @@ int region_errno(const Pd* pd, const void* addr, uint64_t length, int access) {
 // ---- The key index: linear probing, backward-shift deletion ------------------------------
 
 size_t MrTable::home(uint32_t key) const {
-  // Keys are random already; the multiply spreads a seeded test's keys just as well.
-  return static_cast<size_t>((uint64_t{key} * 0x9E3779B97F4A7C15ull) >> 32) & (index_.size() - 1);
+  // Keys are random already; the multiply spreads a seeded test's keys just as well. Bits
+  // 7..0 are left out: a window keeps its place when a bind changes them.
+  return static_cast<size_t>((uint64_t{key >> 8} * 0x9E3779B97F4A7C15ull) >> 32) &
+         (index_.size() - 1);
 }
 
 size_t MrTable::position(uint32_t key) const {
   size_t i = home(key);
-  while (index_[i].key != 0 && index_[i].key != key) i = (i + 1) & (index_.size() - 1);
+  while (index_[i].key != 0 && (index_[i].key >> 8) != (key >> 8))
+    i = (i + 1) & (index_.size() - 1);
   return i;
 }
 
-void MrTable::insert(uint32_t key, Mr* mr) {
+void MrTable::insert(const Entry& entry) {
   if ((index_used_ + 1) * 2 > index_.size()) {  // keep the load at most 1/2
     std::vector<Entry> old(index_.size() * 2);
     old.swap(index_);
     for (const Entry& e : old)
       if (e.key != 0) index_[position(e.key)] = e;
   }
-  Entry& e = index_[position(key)];
+  Entry& e = index_[position(entry.key)];
   if (e.key == 0) ++index_used_;
-  e = {key, mr};
+  e = entry;
 }
 
 void MrTable::erase(uint32_t key) {
@@ -121,7 +124,9 @@ void MrTable::erase(uint32_t key) {
 }
 
 void MrTable::retire(uint32_t key) {
-  index_[position(key)].mr = nullptr;  // stays in the index: the draw keeps refusing it
+  Entry& e = index_[position(key)];
+  e.mr = nullptr;  // stays in the index: the draw keeps refusing it
+  e.mw = nullptr;
   retired_.push_back(key);
   if (retired_.size() > kRetiredKeys) {
     erase(retired_.front());
@@ -152,9 +157,9 @@ uint32_t MrTable::draw() {
       }
       k = pool_[--pool_left_];
     }
-    // Never 0 or ~0 (tools use it for "no key"), never a key in use, never one
-    // deregistered recently.
-    if (k != 0 && k != ~0u && index_[position(k)].key == 0) return k;
+    // Bits 31..8 never 0 or all ones (so the key is never 0 or ~0, which tools use for "no
+    // key"), and never those of a key in use or deregistered recently.
+    if ((k >> 8) != 0 && (k >> 8) != 0xFFFFFFu && index_[position(k)].key == 0) return k;
   }
 }
 
@@ -162,6 +167,7 @@ uint32_t MrTable::draw() {
 
 int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
   if (mr == nullptr || mr->key == 0) return EINVAL;
+  if (mr->windows != 0) return EBUSY;  // the windows' translations would go stale
   if (int e = region_errno(pd, addr, length, access); e != 0) return e;
   --mr->pd->users;
   ++pd->users;
@@ -189,7 +195,7 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access)
   }
   Mr& mr = *slot;
   mr.key = draw();
-  insert(mr.key, slot);
+  insert(Entry{mr.key, slot, nullptr});
   mr.pd = pd;
   mr.host = static_cast<uint8_t*>(addr);
   mr.iova = iova;
@@ -202,6 +208,7 @@ Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access)
 
 int MrTable::dereg(Mr* mr) {
   if (mr == nullptr || mr->key == 0 || find(mr->key) != mr) return EINVAL;
+  if (mr->windows != 0) return EBUSY;
   --mr->pd->users;
   free_.push_back(mr);
   retire(mr->key);
@@ -211,9 +218,15 @@ int MrTable::dereg(Mr* mr) {
 }
 
 const Mr* MrTable::find(uint32_t key) const {
-  if (key == 0) return nullptr;
+  if ((key >> 8) == 0) return nullptr;
   const Entry& e = index_[position(key)];
   return e.key == key ? e.mr : nullptr;
+}
+
+const Mw* MrTable::find_mw(uint32_t key) const {
+  if ((key >> 8) == 0) return nullptr;
+  const Entry& e = index_[position(key)];
+  return e.key == key ? e.mw : nullptr;
 }
 
 Mr* MrTable::find(uint32_t key) {
@@ -232,6 +245,132 @@ AccessError MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len
     return AccessError::kOutOfBounds;
   *host = mr.host + (va - mr.iova);
   return AccessError::kOk;
+}
+
+AccessError MrTable::check_remote(uint32_t key, const Pd* pd, uint32_t qpn, uint64_t va,
+                                  uint64_t len, int need, uint8_t** host) const {
+  if ((key >> 8) == 0) return AccessError::kBadKey;
+  const Entry& e = index_[position(key)];
+  if (e.key != key || (e.mr == nullptr && e.mw == nullptr)) return AccessError::kBadKey;
+  if (e.mr != nullptr) return check(key, pd, va, len, need, host);
+  const Mw& w = *e.mw;
+  if (w.mr == nullptr) return AccessError::kBadKey;  // unbound, or invalidated
+  if (w.pd != pd) return AccessError::kPdMismatch;
+  if (w.type == IBV_MW_TYPE_2 && w.qpn != qpn) return AccessError::kWrongQp;
+  if ((w.access & need) != need) return AccessError::kNoPermission;
+  if (va < w.base || va - w.base > w.length || len > w.length - (va - w.base))
+    return AccessError::kOutOfBounds;
+  *host = w.host + (va - w.base);
+  return AccessError::kOk;
+}
+
+// ---- Memory windows ------------------------------------------------------------------------
+
+Mw* MrTable::alloc_mw(Pd* pd, ibv_mw_type type) {
+  if (pd == nullptr || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (mws_in_use_ >= max_mrs_) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  Mw* slot;
+  if (!mw_free_.empty()) {
+    slot = mw_free_.back();
+    mw_free_.pop_back();
+  } else {
+    slot = &mw_slots_.emplace_back();
+  }
+  *slot = Mw{};
+  slot->key = draw();
+  slot->pd = pd;
+  slot->type = type;
+  insert(Entry{slot->key, nullptr, slot});
+  ++pd->users;
+  ++mws_in_use_;
+  return slot;
+}
+
+namespace {
+void unbind(Mw& w) {
+  if (w.mr != nullptr) --w.mr->windows;
+  w.mr = nullptr;
+  w.base = 0;
+  w.host = nullptr;
+  w.length = 0;
+  w.access = 0;
+  w.qpn = 0;
+}
+}  // namespace
+
+int MrTable::dealloc_mw(Mw* mw) {
+  if (mw == nullptr || mw->key == 0 || find_mw(mw->key) != mw) return EINVAL;
+  unbind(*mw);
+  --mw->pd->users;
+  --mws_in_use_;
+  retire(mw->key);
+  *mw = Mw{};
+  mw_free_.push_back(mw);
+  return 0;
+}
+
+bool MrTable::bind(const BindRequest& b, const Pd* pd, uint32_t qpn) {
+  if ((b.mw_key >> 8) == 0) return false;
+  Entry& e = index_[position(b.mw_key)];
+  if (e.key == 0 || e.mw == nullptr || (e.key >> 8) != (b.new_key >> 8)) return false;
+  Mw& w = *e.mw;
+  if ((w.type == IBV_MW_TYPE_1) != b.type1) return false;  // each type has its own verb
+  const bool zero_based = (b.access & IBV_ACCESS_ZERO_BASED) != 0;
+  Mr* mr = b.mr_key != 0 ? find(b.mr_key) : nullptr;
+  if (b.mr_key != 0 && mr == nullptr) return false;
+  if (w.type == IBV_MW_TYPE_1) {
+    if (zero_based) return false;  // type 1 windows are addressed by virtual address
+    if (w.pd != pd) return false;
+  } else {
+    // A type 2 window binds when free (invalidated first), on a QP of its PD, to an MR.
+    if (w.mr != nullptr || w.pd != pd || mr == nullptr || b.length == 0) return false;
+  }
+  if (mr != nullptr) {
+    if (mr->pd != w.pd || !(mr->access & IBV_ACCESS_MW_BIND)) return false;
+    if ((b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+        !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+      return false;
+    // [addr, addr+length) inside the MR, without overflow.
+    if (b.addr < mr->iova || b.addr - mr->iova > mr->length ||
+        b.length > mr->length - (b.addr - mr->iova))
+      return false;
+  }
+  unbind(w);
+  if (mr != nullptr && b.length != 0) {  // a type 1 bind to no MR or no bytes unbinds
+    w.mr = mr;
+    ++mr->windows;
+    w.base = zero_based ? 0 : b.addr;
+    w.host = mr->host + (b.addr - mr->iova);
+    w.length = b.length;
+    w.access = b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED);
+    w.qpn = w.type == IBV_MW_TYPE_2 ? qpn : 0;
+  }
+  w.key = b.new_key;
+  e.key = b.new_key;
+  return true;
+}
+
+bool MrTable::invalidate(uint32_t key, const Pd* pd, uint32_t qpn) {
+  if ((key >> 8) == 0) return false;
+  Entry& e = index_[position(key)];
+  if (e.key != key || e.mw == nullptr) return false;
+  Mw& w = *e.mw;
+  if (w.type != IBV_MW_TYPE_2 || w.mr == nullptr || w.pd != pd) return false;
+  if (qpn != 0 && w.qpn != qpn) return false;  // a peer invalidates its own QP's window only
+  unbind(w);
+  return true;
+}
+
+void MrTable::release_qp(uint32_t qpn) {
+  for (Mw& w : mw_slots_)
+    if (w.key != 0 && w.type == IBV_MW_TYPE_2 && w.mr != nullptr && w.qpn == qpn) unbind(w);
 }
 
 }  // namespace uroce::mem

@@ -29,14 +29,31 @@ T* not_supported() {
   return nullptr;
 }
 
-// Memory windows are not supported yet; the inlines call these ops unconditionally. A type
-// that does not exist is still an invalid argument.
-ibv_mw* op_alloc_mw(ibv_pd*, ibv_mw_type type) {
-  errno = (type == IBV_MW_TYPE_1 || type == IBV_MW_TYPE_2) ? EOPNOTSUPP : EINVAL;
-  return nullptr;
+// Memory windows (ibv_alloc_mw(3), ibv_bind_mw(3)): verbs.h's inlines call these ops.
+ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  return alloc_mw(pd, type);
 }
-int op_bind_mw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
-int op_dealloc_mw(ibv_mw*) { return EOPNOTSUPP; }
+int op_dealloc_mw(ibv_mw* mw) { return dealloc_mw(mw); }
+
+// ibv_bind_mw (type 1; verbs.h has checked the type, the MR's PD and an MR-less range): a
+// bind work request on the QP's send queue. The window's new R_Key (its low 8 bits stepped,
+// ibv_inc_rkey) is in mw->rkey when this returns, as with rdma-core's providers; if the bind
+// then fails (IBV_WC_MW_BIND_ERR) the application must not use it.
+int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
+  const ibv_mw_bind_info& b = mw_bind->bind_info;
+  if (qp == nullptr || qp->context != mw->context ||
+      (b.mw_access_flags & IBV_ACCESS_ZERO_BASED))  // type 1 windows are not zero-based
+    return EINVAL;
+  const uint32_t new_key = ibv_inc_rkey(mw->rkey);
+  const mem::BindRequest req{mw->rkey,  new_key,  b.mr != nullptr ? b.mr->lkey : 0,
+                             b.addr,    b.length, static_cast<int>(b.mw_access_flags),
+                             true};
+  Runtime* rt = runtime_of(qp->context);
+  const int e = rt->engine->post_bind_mw(to_qp(qp), mw_bind->wr_id, mw_bind->send_flags, req);
+  if (e == 0) mw->rkey = new_key;
+  rt->drive(true);
+  return e;
+}
 
 int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t len) {
   ibv_port_attr a;

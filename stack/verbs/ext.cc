@@ -5,8 +5,8 @@
 // context's poll_cq op and the read_* functions return its fields; a qp_ex builds a chain of
 // ibv_send_wr between ibv_wr_start and ibv_wr_complete and posts it with one engine call.
 // The builder's entries are kept between batches (a vector that only grows), so a steady
-// application allocates nothing per work request. Unsupported requests (memory windows,
-// LOCAL_INV, TSO, XRC, completion timestamps) fail with EOPNOTSUPP, as rdma-core documents.
+// application allocates nothing per work request. Unsupported requests (TSO, XRC, completion
+// timestamps) fail with EOPNOTSUPP, as rdma-core documents.
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -204,9 +204,16 @@ void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* val
     e->wr.send_flags |= IBV_SEND_INLINE;
   }
 }
-void wr_unsupported_inv(ibv_qp_ex* q, uint32_t) { builder_of(q)->err = EOPNOTSUPP; }
-void wr_unsupported_bind(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  builder_of(q)->err = EOPNOTSUPP;
+void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) {
+  if (Entry* e = begin_wr(q, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV))
+    e->wr.invalidate_rkey = rkey;
+}
+void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (Entry* e = begin_wr(q, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW)) {
+    e->wr.bind_mw.mw = mw;
+    e->wr.bind_mw.rkey = rkey;
+    e->wr.bind_mw.bind_info = *info;
+  }
 }
 void wr_unsupported_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) {
   builder_of(q)->err = EOPNOTSUPP;
@@ -297,7 +304,7 @@ constexpr uint64_t kSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
-    IBV_QP_EX_WITH_ATOMIC_WRITE;
+    IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
 
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
@@ -343,8 +350,8 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     x.comp_mask = 0;
     x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
     x.wr_atomic_fetch_add = wr_atomic_fetch_add;
-    x.wr_bind_mw = wr_unsupported_bind;
-    x.wr_local_inv = wr_unsupported_inv;
+    x.wr_bind_mw = wr_bind_mw;
+    x.wr_local_inv = wr_local_inv;
     x.wr_rdma_read = wr_rdma_read;
     x.wr_rdma_write = wr_rdma_write;
     x.wr_rdma_write_imm = wr_rdma_write_imm;

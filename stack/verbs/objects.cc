@@ -27,6 +27,10 @@ struct UMr {
   ibv_mr ibv;
   mem::Mr* mr;
 };
+struct UMw {
+  ibv_mw ibv;
+  mem::Mw* mw;
+};
 struct UChannel {
   ibv_comp_channel ibv;
   int wfd;  // write end of the pipe whose read end is ibv.fd (non-blocking)
@@ -352,10 +356,12 @@ bool count_async_read(ibv_context* c, const ibv_async_event& ev, uint32_t id) {
 }
 
 void destroy_context_objects(ContextState* s) {
-  // Dependents first: QPs hold CQs, SRQs and PDs; SRQs, AHs and MRs hold PDs.
+  // Dependents first: QPs hold CQs, SRQs and PDs; windows hold MRs; SRQs, AHs, windows and
+  // MRs hold PDs.
   for (Qp* q : snapshot(s, &ContextState::qps)) destroy_qp(&q->ibv, false);
   for (Srq* q : snapshot(s, &ContextState::srqs)) destroy_srq(&q->ibv, false);
   for (Ah* a : snapshot(s, &ContextState::ahs)) destroy_ah(&a->ibv);
+  for (UMw* w : snapshot(s, &ContextState::mws)) dealloc_mw(&w->ibv);  // before their MRs
   for (UMr* m : snapshot(s, &ContextState::mrs)) dereg_mr(&m->ibv);
   for (Cq* c : snapshot(s, &ContextState::cqs)) destroy_cq(&c->ibv, false);
   for (UPd* p : snapshot(s, &ContextState::pds))  // parent domains before their PDs
@@ -398,6 +404,41 @@ namespace uroce::verbs {
 // ibv_alloc_parent_domain(3): a PD to make objects with. uroce's queues live in its own
 // memory, so the custom allocators are accepted and never called (allowed: a provider uses
 // them only for the buffers it chooses to); thread domains are not supported.
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  Runtime* rt = runtime_of(pd->context);
+  auto* u = new (std::nothrow) UMw{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    u->mw = rt->engine->alloc_mw(pd_of(pd), type);
+  }
+  if (u->mw == nullptr) {
+    delete u;
+    return nullptr;
+  }
+  u->ibv.context = pd->context;
+  u->ibv.pd = pd;
+  u->ibv.rkey = u->mw->key;
+  u->ibv.handle = u->mw->key >> 8;  // what names the window for its whole life
+  u->ibv.type = type;
+  own(pd->context, &ContextState::mws, u);
+  return &u->ibv;
+}
+
+int dealloc_mw(ibv_mw* mw) {
+  Runtime* rt = runtime_of(mw->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    if (int e = rt->engine->dealloc_mw(reinterpret_cast<UMw*>(mw)->mw); e != 0) return e;
+  }
+  disown(mw->context, &ContextState::mws, reinterpret_cast<UMw*>(mw));
+  delete reinterpret_cast<UMw*>(mw);
+  return 0;
+}
+
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) {
   constexpr uint32_t kKnown =
       IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;

@@ -103,6 +103,7 @@ struct Runtime {
 /// the application did not.
 struct UPd;
 struct UMr;
+struct UMw;
 struct UChannel;
 
 /// Per open context: its async event pipe and the objects made through it.
@@ -112,6 +113,7 @@ struct ContextState {
   std::mutex obj_mu;  // the sets below
   std::unordered_set<UPd*> pds;
   std::unordered_set<UMr*> mrs;
+  std::unordered_set<UMw*> mws;
   std::unordered_set<UChannel*> channels;
   std::unordered_set<Cq*> cqs;
   std::unordered_set<Srq*> srqs;
@@ -138,6 +140,9 @@ void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);
 /// ibv_alloc_parent_domain (objects.cc), and whether a PD handle is one.
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+/// ibv_alloc_mw / ibv_dealloc_mw (objects.cc).
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
 bool is_parent_domain(ibv_pd* pd);
 /// Completion-channel events for armed CQs that got a completion (objects.cc; emu held).
 void deliver_cq_events(Runtime* rt);

@@ -639,7 +639,7 @@ TEST(CqOverrun, FlushIntoAFullCqRaisesCqErrOnce) {
   EXPECT_EQ(p.b.engine->counters()[Counter::cq_overflows], 1u);
 }
 
-TEST(CqOverrun, SendCompletionsIntoAFullCqRaiseCqErr) {
+TEST(CqOverrun, SendCompletionsIntoAFullCqRaiseCqErrAndQpFatal) {
   Pair p;
   Cq* small = p.a.engine->create_cq(4);
   ASSERT_NE(small, nullptr);
@@ -663,9 +663,16 @@ TEST(CqOverrun, SendCompletionsIntoAFullCqRaiseCqErr) {
     for (auto& e : events(*p.a.engine)) ev.push_back(e);
     return !ev.empty();
   }));
-  ASSERT_EQ(ev.size(), 1u);
+  // The CQ is in error, and the QP that lost its completion is out of action (once: the
+  // flush completions that follow are lost too, but the QP is already in error).
+  ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(ev[0].type, IBV_EVENT_CQ_ERR);
   EXPECT_EQ(ev[0].cq, small);
+  EXPECT_EQ(ev[1].type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev[1].qp, qa);
+  EXPECT_EQ(qa->state, IBV_QPS_ERR);
+  p.run_until([] { return false; }, 100'000'000);
+  EXPECT_TRUE(events(*p.a.engine).empty());
   EXPECT_GE(p.a.engine->counters()[Counter::cq_overflows], 1u);
 }
 
