@@ -132,6 +132,80 @@ TEST(HostileKeys, GuessedRkeysNeverWriteAndEachGuessIsCounted) {
   EXPECT_EQ(victim.count(0xEE), 64u);
 }
 
+TEST(HostileKeys, WindowKeysOfOldBindingsAndOtherQpsNeverWrite) {
+  // Memory windows give the peer keys that change: it keeps what it was given. On UC (wrong
+  // keys are dropped and counted, the QP stays up) it tries every low byte of a type 1
+  // window's key but the current one (its two earlier bindings' keys among them), a type 2
+  // window's exact key from a QP the window is not bound to, and the key of the MR under both
+  // (bindable, no remote rights): nothing may land.
+  Pair p(5);
+  QpOptions o;
+  o.type = IBV_QPT_UC;
+  auto [qa, qb] = p.rc_pair(o, o);
+  auto [qc, qd] = p.rc_pair(o, o);
+  GuardedRegion victim(4096);
+  mem::Mr* vmr = p.b.engine->reg_mr(p.b.pd, victim.data(), victim.size(),
+                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(vmr, nullptr);
+  constexpr int kW = IBV_ACCESS_REMOTE_WRITE;
+  mem::Mw* w1 = p.b.engine->alloc_mw(p.b.pd, IBV_MW_TYPE_1);
+  uint32_t key = w1->key;
+  for (int i = 0; i < 2; ++i) {  // bound twice: the window's key has had three values
+    const mem::BindRequest b{key, ibv_inc_rkey(key), vmr->key, victim.va(), 4096, kW, true};
+    ASSERT_EQ(p.b.engine->post_bind_mw(qb, 0, 0, b), 0);
+    key = b.new_key;
+  }
+  mem::Mw* w2 = p.b.engine->alloc_mw(p.b.pd, IBV_MW_TYPE_2);
+  ibv_mw v2{};
+  v2.rkey = w2->key;
+  v2.type = IBV_MW_TYPE_2;
+  ibv_mr m{};
+  m.lkey = vmr->key;
+  ibv_send_wr bind{};
+  bind.opcode = IBV_WR_BIND_MW;
+  bind.bind_mw = {&v2, ibv_inc_rkey(w2->key), {&m, victim.va(), 4096, kW}};
+  ASSERT_EQ(p.b.engine->post_send(qd, &bind, nullptr), 0);
+  p.run_until([] { return false; }, 1'000'000);
+  ASSERT_EQ(w1->key, key);
+  ASSERT_EQ(w2->qpn, qd->qpn);
+  ASSERT_EQ(vmr->windows, 2u);
+
+  std::vector<uint32_t> list;
+  for (uint32_t lo = 0; lo < 256; ++lo)
+    if (lo != (key & 0xFF)) list.push_back((key & ~0xFFu) | lo);
+  list.push_back(w2->key);
+  list.push_back(vmr->key);
+  std::vector<uint8_t> src(64, 0xEE);
+  mem::Mr* smr = p.a.reg(src, IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, smr->key};
+  const uint64_t drops0 = p.b.engine->counters()[Counter::rx_drop_uc_msg];
+  for (size_t i = 0; i < list.size(); i += 128) {  // the send queue holds 256
+    std::vector<ibv_send_wr> wrs(std::min<size_t>(128, list.size() - i));
+    for (size_t j = 0; j < wrs.size(); ++j) {
+      wrs[j] = {};
+      wrs[j].sg_list = &s;
+      wrs[j].num_sge = 1;
+      wrs[j].opcode = IBV_WR_RDMA_WRITE;
+      wrs[j].wr.rdma = {victim.va() + 64 * (j % 64), list[i + j]};
+      wrs[j].next = j + 1 < wrs.size() ? &wrs[j + 1] : nullptr;
+    }
+    ASSERT_EQ(p.a.engine->post_send(qa, wrs.data(), nullptr), 0);
+    p.run_until([] { return false; }, 1'000'000);
+  }
+  EXPECT_EQ(victim.count(0), victim.size()) << "an old or foreign window key wrote";
+  EXPECT_EQ(p.b.engine->counters()[Counter::rx_drop_uc_msg] - drops0, list.size());
+  // The current key, from the right QP, still works.
+  ibv_send_wr ok{};
+  ok.sg_list = &s;
+  ok.num_sge = 1;
+  ok.opcode = IBV_WR_RDMA_WRITE;
+  ok.wr.rdma = {victim.va(), key};
+  ASSERT_EQ(p.a.engine->post_send(qa, &ok, nullptr), 0);
+  p.run_until([] { return false; }, 1'000'000);
+  EXPECT_EQ(victim.count(0xEE), 64u);
+  (void)qc;
+}
+
 // ---- MR lifetime -------------------------------------------------------------------------------
 
 TEST_F(HostilePeer, WriteRacingDeregStopsAtTheNextPacket) {
@@ -157,6 +231,39 @@ TEST_F(HostilePeer, WriteRacingDeregStopsAtTheNextPacket) {
   EXPECT_EQ(count(Counter::access_revoked), 1u);
   region.restore();
   EXPECT_EQ(region.count(0x11), 2048u);  // exactly the two packets before the dereg
+}
+
+TEST_F(HostilePeer, WriteRacingAWindowsUnbindStopsAtTheNextPacket) {
+  // The same race through a type 1 window: two packets land, the application rebinds the
+  // window to nothing (its send queue carries the bind), the rest are refused.
+  GuardedRegion region(8192);
+  mem::Mr* m =
+      engine->reg_mr(pd, region.data(), 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(m, nullptr);
+  mem::Mw* w = engine->alloc_mw(pd, IBV_MW_TYPE_1);
+  const uint32_t key = ibv_inc_rkey(w->key);
+  ASSERT_EQ(engine->post_bind_mw(qp, 1, 0, {w->key, key, m->key, region.va(), 8192,
+                                            IBV_ACCESS_REMOTE_WRITE, true}),
+            0);
+  EXPECT_TRUE(step().empty());
+  ASSERT_EQ(w->mr, m);
+  const std::vector<uint8_t> chunk(1024, 0x11);
+  send(opcode::kRcWriteFirst, kEpsn, chunk, reth_at(region.va(), key, 8192), false);
+  send(opcode::kRcWriteMiddle, kEpsn + 1, chunk, {}, false);
+  EXPECT_TRUE(step().empty());
+  ASSERT_EQ(engine->post_bind_mw(qp, 2, 0, {key, ibv_inc_rkey(key), m->key, region.va(), 0, 0,
+                                            true}),
+            0);
+  EXPECT_TRUE(step().empty());  // the unbind is carried out: from now on, nothing lands
+  for (uint32_t i = 2; i < 7; ++i) send(opcode::kRcWriteMiddle, kEpsn + i, chunk, {}, false);
+  send(opcode::kRcWriteLast, kEpsn + 7, chunk);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 2);
+  EXPECT_EQ(count(Counter::access_revoked), 1u);
+  EXPECT_EQ(w->mr, nullptr);
+  EXPECT_EQ(region.count(0x11), 2048u);
 }
 
 TEST_F(HostilePeer, ReadRacingDeregSendsNothingMoreOfTheMr) {
