@@ -50,6 +50,24 @@ void cloexec_new_fds(const std::set<int>& before) {
   }
 }
 
+/// The descriptor among `fds` (those the PMD opened) whose readiness tells that frames wait:
+/// net_af_packet's packet socket (with PACKET_RX_RING, poll() reports POLLIN while the ring
+/// holds a frame the PMD has not handed back), or net_tap's /dev/net/tun queue. -1 if none.
+int find_wait_fd(const std::set<int>& fds) {
+  for (int fd : fds) {
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_PACKET)
+      return fd;
+    char target[64] = {0};
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    if (readlink(link.c_str(), target, sizeof target - 1) > 0 &&
+        std::string_view(target) == "/dev/net/tun")
+      return fd;
+  }
+  return -1;
+}
+
 // Each mbuf carries its Frame in the private area just after the rte_mbuf header.
 Frame* frame_of(rte_mbuf* m) { return static_cast<Frame*>(rte_mbuf_to_priv(m)); }
 
@@ -176,6 +194,12 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
     return nullptr;
   }
   p->started_ = true;
+  {
+    std::set<int> opened;  // by the PMD, since open() began: its sockets / tap queues
+    for (int fd : open_fds())
+      if (guard.before.count(fd) == 0) opened.insert(fd);
+    p->wait_fd_ = find_wait_fd(opened);
+  }
   rte_eth_promiscuous_disable(p->port_id_);
   rte_eth_allmulticast_enable(p->port_id_);  // IPv6 neighbour solicitations are multicast
   rte_ether_addr mac{};

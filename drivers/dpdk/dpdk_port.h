@@ -48,6 +48,9 @@ class DpdkPort final : public Port {
   void free_frame(Frame* f) override;
   uint32_t max_frame_len() const override { return max_frame_; }
   std::array<uint8_t, 6> mac() const override { return mac_; }
+  /// net_af_packet: its receive ring's packet socket (readable while the ring holds frames
+  /// the PMD has not taken); net_tap: its tap descriptor. -1 for other PMDs.
+  int wait_fd() const override { return wait_fd_; }
 
   uint16_t port_id() const { return port_id_; }
   /// Device statistics (packets, drops) for `uroce stats`.
@@ -64,6 +67,7 @@ class DpdkPort final : public Port {
   rte_mempool* pool_ = nullptr;
   uint32_t max_frame_ = 0;
   std::array<uint8_t, 6> mac_{};
+  int wait_fd_ = -1;  // owned by the PMD
 };
 
 }  // namespace uroce::drivers

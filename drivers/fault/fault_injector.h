@@ -85,6 +85,9 @@ class FaultInjector final : public PortDecorator {
 
   uint16_t rx_burst(uint64_t now_ns, std::span<Frame*> out) override;
   uint16_t tx_burst(uint64_t now_ns, std::span<Frame* const> frames) override;
+  /// None: frames it holds back come out when their time comes, not when the inner port's
+  /// descriptor says so.
+  int wait_fd() const override { return -1; }
 
   /// Releases the delayed frames that are due at now_ns (tx: to the inner port; rx: to the
   /// queue the next rx_burst returns from).

@@ -41,6 +41,10 @@ class Port {
   virtual uint32_t max_frame_len() const = 0;
   /// The port's Ethernet address.
   virtual std::array<uint8_t, 6> mac() const = 0;
+  /// A descriptor that poll() reports readable (POLLIN) while received frames wait, so that
+  /// a thread with nothing to do can sleep in the kernel until traffic comes; -1 if the port
+  /// has none (the caller then naps in time slices).
+  virtual int wait_fd() const { return -1; }
 };
 
 /// A decorator's base: forwards everything to the wrapped port.
@@ -57,6 +61,7 @@ class PortDecorator : public Port {
   void free_frame(Frame* f) override { inner_.free_frame(f); }
   uint32_t max_frame_len() const override { return inner_.max_frame_len(); }
   std::array<uint8_t, 6> mac() const override { return inner_.mac(); }
+  int wait_fd() const override { return inner_.wait_fd(); }
 
  protected:
   Port& inner_;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -62,9 +63,20 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
   } else if (key == "exclusive") {
     if (value != "yes" && value != "no") return "exclusive '" + value + "' must be yes or no";
     dev->exclusive = value == "yes";
+  } else if (key == "progress") {
+    if (value != "park" && value != "poll")
+      return "progress '" + value + "' must be park (sleep until traffic) or poll (spin)";
+    dev->progress_poll = value == "poll";
+  } else if (key == "progress_cpu") {
+    char* end = nullptr;
+    const long cpu = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || cpu < 0 || cpu >= CPU_SETSIZE)
+      return "progress_cpu '" + value + "' must be a CPU number from 0 (see nproc)";
+    dev->progress_cpu = static_cast<int>(cpu);
   } else {
     return "unknown setting '" + key +
-           "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive)";
+           "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, progress, "
+           "progress_cpu)";
   }
   return "";
 }
@@ -189,7 +201,9 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
                                          {"UROCE_IPV4", "ipv4"},   {"UROCE_IPV6", "ipv6"},
                                          {"UROCE_MTU", "mtu"},     {"UROCE_VLAN", "vlan"},
                                          {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"},
-                                         {"UROCE_EXCLUSIVE", "exclusive"}};
+                                         {"UROCE_EXCLUSIVE", "exclusive"},
+                                         {"UROCE_PROGRESS", "progress"},
+                                         {"UROCE_PROGRESS_CPU", "progress_cpu"}};
   for (const auto& [var, key] : kVars) {
     const auto v = env(var);
     if (!v) continue;

@@ -63,6 +63,11 @@ struct DeviceConfig {
   std::string pcap;
   FaultSpec fault;
   bool exclusive = false;
+  // The progress thread: `park` (default) sleeps in the kernel until traffic, a deadline or
+  // posted work; `poll` spins and never sleeps (a core of its own, for people who own the
+  // machine). progress_cpu pins it (and only it) to that CPU; -1: left alone.
+  bool progress_poll = false;
+  int progress_cpu = -1;
 };
 
 struct Config {

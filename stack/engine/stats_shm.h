@@ -19,6 +19,14 @@ struct StatsShm {
   uint64_t updated_ns;
   uint64_t values[static_cast<size_t>(Counter::kCount)];
   uint64_t parse_errors[static_cast<size_t>(wire::ParseError::kCount)];
+  // The progress thread, written by it as it goes (docs/threading.md): whether it is parked
+  // (sleeping in the kernel until traffic, a deadline or posted work) right now, how often it
+  // parked, and what woke it each time.
+  uint64_t progress_parked;
+  uint64_t progress_parks;
+  uint64_t progress_woke_traffic;   // a frame arrived
+  uint64_t progress_woke_kick;      // an application thread left work
+  uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
 };
 
 inline std::string stats_shm_name(int pid, const std::string& device) {

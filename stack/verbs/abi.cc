@@ -58,7 +58,7 @@ int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
 int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t len) {
   ibv_port_attr a;
   Runtime* rt = runtime_of(context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   if (int e = rt->engine->query_port(port_num, &a); e != 0) return e;
   std::memcpy(attr, &a, std::min(len, sizeof a));
   return 0;
@@ -70,7 +70,7 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
   ibv_device_attr_ex a{};
   Runtime* rt = runtime_of(context);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     rt->engine->query_device(&a.orig_attr);
   }
   a.max_dm_size = 0;

@@ -153,7 +153,7 @@ int ibv_close_device(ibv_context* context) {
   // What the application left is destroyed, as the kernel does when a verbs fd closes.
   destroy_context_objects(s);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);  // no engine pass is writing to our pipe
+    EngineLock lock(rt);  // no engine pass is writing to our pipe
     std::lock_guard<std::mutex> ctx_lock(rt->ctx_mu);
     std::erase(rt->contexts, s);
   }
@@ -169,7 +169,7 @@ int ibv_close_device(ibv_context* context) {
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
   Runtime* rt = runtime_of(context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   rt->engine->query_device(attr);
   return 0;
 }
@@ -179,7 +179,7 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
 int (ibv_query_port)(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* port_attr) {
   ibv_port_attr a;
   Runtime* rt = runtime_of(context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   if (int e = rt->engine->query_port(port_num, &a); e != 0) return e;
   std::memcpy(static_cast<void*>(port_attr), &a, offsetof(ibv_port_attr, port_cap_flags2));
   return 0;
@@ -187,7 +187,7 @@ int (ibv_query_port)(ibv_context* context, uint8_t port_num, _compat_ibv_port_at
 
 int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
   Runtime* rt = runtime_of(context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   // An empty entry reads as a zero GID, as rdma-core's ibv_query_gid does.
   const int e = rt->engine->query_gid(port_num, index, gid);
   return e == 0 || e == ENODATA ? 0 : -1;
@@ -195,7 +195,7 @@ int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gi
 
 int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
   Runtime* rt = runtime_of(context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   uint16_t p;
   if (rt->engine->query_pkey(port_num, index, &p) != 0) return -1;
   *pkey = __builtin_bswap16(p);
@@ -228,7 +228,7 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
   ibv_gid g;
   {
     Runtime* rt = runtime_of(context);
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     // ENODATA for an empty entry of the table (rdma-core's contract), EINVAL past its end.
     if (int e = rt->engine->query_gid(static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &g);
         e != 0)
@@ -253,7 +253,7 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
   Runtime* rt = runtime_of(context);
   size_t n;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     n = static_cast<size_t>(rt->engine->gid_count());
   }
   if (n > max_entries) return -EINVAL;

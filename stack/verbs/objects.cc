@@ -80,12 +80,12 @@ int resolve_dest(Runtime* rt, const ibv_ah_attr& ah) {
   wire::MacAddr mac;
   NeighborState st;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     st = rt->engine->resolve(gid, &mac);
   }
   while (st == NeighborState::kIncomplete) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     st = rt->engine->neighbor_state(gid, &mac);
   }
   return st == NeighborState::kReachable ? 0 : EHOSTUNREACH;
@@ -93,16 +93,41 @@ int resolve_dest(Runtime* rt, const ibv_ah_attr& ah) {
 
 // ---- Context ops (data path) ------------------------------------------------------------
 
+/// The application is back (a poll or a post): how long since its last completions?
+void app_back(Runtime* rt, uint64_t now) {
+  if (const uint64_t last = rt->last_completion.load(std::memory_order_relaxed); last != 0) {
+    rt->last_completion.store(0, std::memory_order_relaxed);
+    const uint64_t gap = now - last, avg = rt->app_gap_ns.load(std::memory_order_relaxed);
+    rt->app_gap_ns.store(avg - avg / 8 + gap / 8, std::memory_order_relaxed);
+  }
+}
+
+/// Learns how soon this application uses the device again (polls or posts) after getting
+/// completions; when it got some and tends to stay away afterwards (it spins on memory, or
+/// sleeps), wakes the progress thread from its nap so that it waits for traffic in the
+/// meantime (docs/threading.md).
+int after_poll(Runtime* rt, int got, uint64_t now) {
+  app_back(rt, now);
+  if (got > 0) {
+    rt->last_completion.store(now, std::memory_order_relaxed);
+    if (rt->app_gap_ns.load(std::memory_order_relaxed) > kAppBusyNs &&
+        rt->napping.load(std::memory_order_relaxed) && rt->napping.exchange(false))
+      rt->kick();
+  }
+  return got;
+}
+
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
+  const uint64_t now = now_ns();
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
-  if (got != 0 || n <= 0) return got;
+  if (got != 0 || n <= 0) return after_poll(rt, got, now);
   // Nothing there: a busy-polling application drives the engine itself, unless another
   // thread is doing so right now (then there is nothing to wait for: return empty).
-  rt->last_app_poll.store(now_ns(), std::memory_order_relaxed);
-  if (!rt->drive(false)) return 0;
-  return rt->engine->poll_cq(to_cq(cq), n, wc);
+  rt->last_app_poll.store(now, std::memory_order_relaxed);
+  if (!rt->drive(false)) return after_poll(rt, 0, now);
+  return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {
@@ -120,6 +145,7 @@ int op_req_notify_cq(ibv_cq* cq, int) {
 
 int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   Runtime* rt = runtime_of(qp->context);
+  app_back(rt, now_ns());
   const ibv_send_wr* b = nullptr;
   const int rc = rt->engine->post_send(to_qp(qp), wr, &b);  // the WRs and the doorbell
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(b);
@@ -151,7 +177,7 @@ int destroy_qp(ibv_qp* qp, bool wait) {
   Runtime* rt = runtime_of(qp->context);
   Qp* q = to_qp(qp);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (rt->engine->qp_by_num(q->qpn) != q) return EINVAL;
   }
   // Forget it first: events read from now on are dropped; then wait for the ones read before.
@@ -161,7 +187,7 @@ int destroy_qp(ibv_qp* qp, bool wait) {
   pthread_mutex_destroy(&qp->mutex);  // the engine frees the QP: everything in it goes first
   pthread_cond_destroy(&qp->cond);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     rt->engine->destroy_qp(q);  // cannot fail: it was found above
   }
   free_qp_ext(ext);
@@ -172,14 +198,14 @@ int destroy_srq(ibv_srq* srq, bool wait) {
   Runtime* rt = runtime_of(srq->context);
   Srq* q = to_srq(srq);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (q->users != 0) return EBUSY;
   }
   disown(srq->context, &ContextState::srqs, q);  // first: see destroy_qp
   if (wait) wait_acked(&srq->mutex, &srq->cond, &srq->events_completed, &q->async_events_read);
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   return rt->engine->destroy_srq(q);
 }
 
@@ -187,7 +213,7 @@ int destroy_cq(ibv_cq* cq, bool wait) {
   Runtime* rt = runtime_of(cq->context);
   Cq* c = to_cq(cq);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (c->users != 0) return EBUSY;  // before anything is torn down
     std::lock_guard<std::mutex> nlock(rt->notify_mu);
     std::erase(rt->armed, c);  // no more completion events for it
@@ -210,7 +236,7 @@ int destroy_cq(ibv_cq* cq, bool wait) {
   }
   pthread_mutex_destroy(&cq->mutex);
   pthread_cond_destroy(&cq->cond);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   return rt->engine->destroy_cq(c);
 }
 
@@ -218,7 +244,7 @@ int destroy_ah(ibv_ah* ah) {
   Runtime* rt = runtime_of(ah->context);
   ibv_context* c = ah->context;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (int e = rt->engine->destroy_ah(to_ah(ah)); e != 0) return e;
   }
   disown(c, &ContextState::ahs, to_ah(ah));
@@ -228,7 +254,7 @@ int destroy_ah(ibv_ah* ah) {
 int dereg_mr(ibv_mr* mr) {
   Runtime* rt = runtime_of(mr->context);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (int e = rt->engine->dereg_mr(reinterpret_cast<UMr*>(mr)->mr); e != 0) return e;
   }
   disown(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr));
@@ -240,7 +266,7 @@ int dealloc_pd(ibv_pd* pd) {
   Runtime* rt = runtime_of(pd->context);
   auto* u = reinterpret_cast<UPd*>(pd);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (u->parent_domain) {
       // Objects made through the parent domain hold the PD itself, not the wrapper; as in
       // rdma-core the application destroys them first (ibv_alloc_parent_domain(3)).
@@ -383,7 +409,7 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
     return nullptr;
   }
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     u->pd = rt->engine->alloc_pd();
   }
   if (u->pd == nullptr) {
@@ -412,7 +438,7 @@ ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
     return nullptr;
   }
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     u->mw = rt->engine->alloc_mw(pd_of(pd), type);
   }
   if (u->mw == nullptr) {
@@ -431,7 +457,7 @@ ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 int dealloc_mw(ibv_mw* mw) {
   Runtime* rt = runtime_of(mw->context);
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     if (int e = rt->engine->dealloc_mw(reinterpret_cast<UMw*>(mw)->mw); e != 0) return e;
   }
   disown(mw->context, &ContextState::mws, reinterpret_cast<UMw*>(mw));
@@ -459,7 +485,7 @@ ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a
   u->pd = pd_of(attr->pd);
   u->parent_domain = true;
   {
-    std::lock_guard<std::mutex> lock(runtime_of(context)->emu);
+    EngineLock lock(runtime_of(context));
     ++u->pd->users;  // the PD outlives its parent domains
   }
   u->ibv.context = context;
@@ -484,7 +510,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
     return nullptr;
   }
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     u->mr = rt->engine->reg_mr_iova(pd_of(pd), addr, length, iova, acc);
   }
   if (u->mr == nullptr) {
@@ -529,7 +555,7 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   const size_t new_len = translate ? length : mr->length;
   const unsigned optional = IBV_ACCESS_OPTIONAL_RANGE;
   Runtime* rt = runtime_of(mr->context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
                              ? static_cast<int>(static_cast<unsigned>(access) & ~optional)
                              : m->access;
@@ -572,7 +598,7 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   Runtime* rt = runtime_of(context);
   Cq* cq;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     cq = rt->engine->create_cq(cqe);
   }
   if (cq == nullptr) return nullptr;
@@ -597,7 +623,7 @@ int ibv_destroy_cq(ibv_cq* cq) { return destroy_cq(cq, true); }
 
 int ibv_resize_cq(ibv_cq* cq, int cqe) {
   Runtime* rt = runtime_of(cq->context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   return rt->engine->resize_cq(to_cq(cq), cqe);
 }
 
@@ -635,7 +661,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   Runtime* rt = runtime_of(pd->context);
   Srq* srq;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     srq = rt->engine->create_srq(pd_of(pd), attr);
   }
   if (srq == nullptr) return nullptr;
@@ -651,13 +677,13 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
 
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   Runtime* rt = runtime_of(srq->context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   return rt->engine->modify_srq(to_srq(srq), attr, mask);
 }
 
 int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   Runtime* rt = runtime_of(srq->context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   return rt->engine->query_srq(to_srq(srq), attr);
 }
 
@@ -673,7 +699,7 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   }
   Ah* ah;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     ah = rt->engine->create_ah(pd_of(pd), attr);
   }
   if (ah == nullptr) return nullptr;
@@ -709,7 +735,7 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   ah_attr->grh.hop_limit = 64;
   // The source GID index: the entry of ours the peer addressed.
   Runtime* rt = runtime_of(context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   for (int i = 0; i < rt->engine->gid_count(); ++i) {
     ibv_gid g;
     if (rt->engine->query_gid(port_num, i, &g) == 0 && std::memcmp(g.raw, self.data(), 16) == 0) {
@@ -745,7 +771,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   Runtime* rt = runtime_of(ctx);
   Qp* qp;
   {
-    std::lock_guard<std::mutex> lock(rt->emu);
+    EngineLock lock(rt);
     qp = rt->engine->create_qp(pd_of(pd), attr);
   }
   if (qp == nullptr) return nullptr;
@@ -772,13 +798,13 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_AV) {
     if (int e = resolve_dest(rt, attr->ah_attr); e != 0) return e;
   }
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   return rt->engine->modify_qp(to_qp(qp), attr, mask);
 }
 
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
   Runtime* rt = runtime_of(qp->context);
-  std::lock_guard<std::mutex> lock(rt->emu);
+  EngineLock lock(rt);
   const int rc = rt->engine->query_qp(to_qp(qp), attr, mask, init);
   if (rc == 0 && init != nullptr) {
     init->qp_context = qp->qp_context;

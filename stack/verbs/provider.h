@@ -71,6 +71,22 @@ struct Runtime {
   std::thread progress;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last drove the engine
+  // How soon the application polls again after a poll that returned completions (a moving
+  // average, ns), and when that last happened (0: measured already). An application that
+  // stays away (it spins on memory, or sleeps) hands the receiving over to the progress
+  // thread at once: the poll kicks it out of its nap (`napping`).
+  std::atomic<uint64_t> app_gap_ns{0};
+  std::atomic<uint64_t> last_completion{0};
+  std::atomic<bool> napping{false};
+  // Waking on traffic (docs/threading.md): with nothing to do, the progress thread sleeps in
+  // ppoll on the port's wait_fd and on `wake_fd` until `parked_until`. A thread that leaves
+  // the engine with work or a deadline sooner than that writes `wake_fd`.
+  int wake_fd = -1;                          // eventfd
+  std::atomic<bool> parked{false};
+  std::atomic<uint64_t> parked_until{0};
+  // When the engine next needs a pass (a timer, the link watch), as of the last one.
+  std::atomic<uint64_t> deadline{0};
+  Port* engine_port = nullptr;  // the port the engine uses (the top decorator)
   int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
   int qpn_claim_fd = -1;       // abstract Unix socket naming this process's QPN block
   // The interface's state and MTU, looked at every 100 ms from an engine pass (under emu).
@@ -97,6 +113,29 @@ struct Runtime {
   size_t pass_locked();
   /// Async events the engine raised, to their contexts' pipes (emu held).
   void deliver_async_locked();
+  /// After `emu` is released by a thread that changed the engine: wakes the parked progress
+  /// thread if the engine now needs a pass (at `deadline`) before the thread would wake.
+  void wake_if_needed(uint64_t deadline_ns);
+  /// Wakes the progress thread from park (or makes its next park return at once).
+  void kick();
+};
+
+/// The engine lock for a control verb (ibv_modify_qp, ibv_create_*, ...): released, it wakes
+/// the progress thread if the verb left the engine something to do soon (a flush, an ARP
+/// retry, a timer).
+class EngineLock {
+ public:
+  explicit EngineLock(Runtime* rt) : rt_(rt) { rt_->emu.lock(); }
+  ~EngineLock() {
+    const uint64_t d = rt_->engine->next_deadline();
+    rt_->emu.unlock();
+    rt_->wake_if_needed(d);
+  }
+  EngineLock(const EngineLock&) = delete;
+  EngineLock& operator=(const EngineLock&) = delete;
+
+ private:
+  Runtime* rt_;
 };
 
 /// An object the application made through a context: what ibv_close_device must destroy if
@@ -123,6 +162,10 @@ struct ContextState {
 
 /// Monotonic time in ns: the engine's clock in production.
 uint64_t now_ns();
+
+/// An application thread that polled its CQ this recently is taken to be polling still: the
+/// progress thread stays out of its way.
+inline constexpr uint64_t kAppBusyNs = 20'000;
 
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();

@@ -9,6 +9,8 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -194,27 +196,101 @@ void reap_leftovers() {
   }
 }
 
-void progress_loop(Runtime* rt) {
-  // Adaptive: poll flat out while there is work; when an application thread is busy-polling
-  // its CQ it drives the engine itself, so step aside (sleep) instead of competing for the
-  // CPU; when everything is idle, back off to 1 ms sleeps so an idle process costs nothing.
+// The progress thread (docs/threading.md). It runs engine passes while there is work. With
+// none, it sleeps in the kernel (park) until a frame arrives, the engine's next deadline
+// (retransmit, RNR, ARP, the link watch), or a kick on wake_fd from a thread that left the
+// engine work. While an application thread is polling its CQ right now, that thread drives
+// the engine, and the progress thread naps instead of competing with it for the CPU.
+thread_local bool t_progress_thread = false;
+
+// Passes the progress thread runs (yielding between them) after the last work before it
+// parks: a request that comes right after a response is served without a wake-up.
+constexpr uint32_t kSpins = 64;
+// The longest nap while an application thread keeps polling.
+constexpr uint64_t kMaxAppNapNs = 1'000'000;
+// The longest park: a bound on what a missed kick could cost.
+constexpr uint64_t kMaxParkNs = 100'000'000;
+
+/// Sleeps until traffic (on `port_fd`, if there is one), rt->deadline, a kick, or `max_ns`.
+/// Returns at once if a pass run after publishing `parked` finds work (a poster may have
+/// seen `parked` false and not kicked).
+void park(Runtime* rt, int port_fd, uint64_t max_ns) {
+  rt->parked_until.store(std::min(rt->deadline.load(), now_ns() + max_ns));
+  rt->parked.store(true);
+  size_t work = 0;
+  rt->drive(false, &work);  // failing the try-lock is fine: that holder checks `parked`
+  const uint64_t now = now_ns();
+  const uint64_t until = std::min(rt->deadline.load(), now + max_ns);
+  rt->parked_until.store(until);
+  if (work == 0 && until > now) {
+    StatsShm* st = rt->stats;
+    if (st != nullptr) {
+      __atomic_store_n(&st->progress_parked, 1, __ATOMIC_RELAXED);
+      __atomic_store_n(&st->progress_parks, st->progress_parks + 1, __ATOMIC_RELAXED);
+    }
+    pollfd fds[2] = {{rt->wake_fd, POLLIN, 0}, {port_fd, POLLIN, 0}};
+    const uint64_t ns = until - now;
+    const timespec ts{static_cast<time_t>(ns / 1'000'000'000),
+                      static_cast<long>(ns % 1'000'000'000)};
+    ppoll(fds, port_fd >= 0 ? 2 : 1, &ts, nullptr);
+    if (fds[0].revents & POLLIN) {
+      uint64_t n;
+      [[maybe_unused]] const ssize_t r = read(rt->wake_fd, &n, sizeof n);
+    }
+    if (st != nullptr) {
+      uint64_t* why = (port_fd >= 0 && (fds[1].revents & POLLIN)) ? &st->progress_woke_traffic
+                      : (fds[0].revents & POLLIN)                 ? &st->progress_woke_kick
+                                                                  : &st->progress_woke_deadline;
+      __atomic_store_n(why, *why + 1, __ATOMIC_RELAXED);
+      __atomic_store_n(&st->progress_parked, 0, __ATOMIC_RELAXED);
+    }
+  }
+  rt->parked.store(false);
+}
+
+void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
+  t_progress_thread = true;
+  if (cpu >= 0) {  // this thread only: the program's own threads keep their placement
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  const int port_fd = rt->engine_port->wait_fd();
   uint32_t idle = 0;
+  uint64_t app_nap = kAppBusyNs;  // doubles while the application keeps polling
   while (!rt->stop.load(std::memory_order_relaxed)) {
     size_t work = 0;
     rt->drive(false, &work);
+    if (poll_mode) continue;
     const bool app_polling =
-        now_ns() - rt->last_app_poll.load(std::memory_order_relaxed) < 1'000'000;
+        now_ns() - rt->last_app_poll.load(std::memory_order_relaxed) < kAppBusyNs;
     if (work != 0 && !app_polling) {
       idle = 0;
       continue;
     }
-    ++idle;
     if (app_polling) {
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    } else if (idle < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(idle > 20000 ? 1000 : 20));
+      // Out of its way, and back soon after it stops polling (then to wait for traffic): a
+      // poll that returns completions kicks it when this application tends to stay away
+      // from its CQ after one (see op_poll_cq).
+      rt->napping.store(true);
+      pollfd p{rt->wake_fd, POLLIN, 0};
+      const timespec ts{0, static_cast<long>(app_nap)};
+      if (ppoll(&p, 1, &ts, nullptr) > 0) {
+        uint64_t n;
+        [[maybe_unused]] const ssize_t r = read(rt->wake_fd, &n, sizeof n);
+      }
+      rt->napping.store(false);
+      app_nap = std::min<uint64_t>(app_nap * 2, kMaxAppNapNs);
+      continue;
+    }
+    app_nap = kAppBusyNs;
+    if (++idle <= kSpins) {
+      std::this_thread::yield();  // more traffic is likely soon after some
+    } else if (port_fd >= 0) {
+      park(rt, port_fd, idle > kSpins + 50 ? kMaxParkNs : 20'000);
+    } else {  // no descriptor to wait on: naps, longer once long idle
+      park(rt, -1, idle > 20000 ? 1'000'000 : 20'000);
     }
   }
 }
@@ -223,10 +299,12 @@ void progress_loop(Runtime* rt) {
 /// runtime unreachable).
 void teardown(Runtime* rt) {
   rt->stop = true;
+  rt->kick();
   if (rt->progress.joinable()) rt->progress.join();
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
   if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
   if (rt->link_fd >= 0) close(rt->link_fd);
+  if (rt->wake_fd >= 0) close(rt->wake_fd);
   close_stats(rt);
   rt->engine.reset();
   rt->fault.reset();
@@ -294,6 +372,8 @@ Runtime* open_runtime(Device* d) {
   ec.first_qpn = claim_qpn_block(dc, &rt->qpn_claim_fd);
   ec.qpn_span = kQpnBlock;
   rt->engine = std::make_unique<Engine>(*port, ec);
+  rt->engine_port = port;
+  rt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   rt->quiet_fd = silence_kernel(dc);
   if (!dc.iface.empty() && dc.iface.size() < IFNAMSIZ) {  // net_tap by devargs: not watched
     rt->link_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -303,7 +383,7 @@ Runtime* open_runtime(Device* d) {
   rt->stats_name = stats_shm_name(getpid(), dc.name);
   rt->stats = open_stats(rt->stats_name, dc.name);
   Runtime* r = rt.release();
-  r->progress = std::thread(progress_loop, r);
+  r->progress = std::thread(progress_loop, r, dc.progress_poll, dc.progress_cpu);
   return r;
 }
 
@@ -316,6 +396,7 @@ __attribute__((destructor)) void at_exit() {
   if (g_live == nullptr) return;
   for (Runtime* rt : *g_live) {
     rt->stop = true;
+    rt->kick();
     if (rt->progress.joinable()) rt->progress.join();
     if (rt->stats != nullptr) shm_unlink(rt->stats_name.c_str());
   }
@@ -377,10 +458,24 @@ bool Runtime::drive(bool posted, size_t* work) {
     pending.store(false);
     const size_t w = pass_locked();
     if (work != nullptr) *work += w;
+    const uint64_t d = deadline.load(std::memory_order_relaxed);
     emu.unlock();
+    wake_if_needed(d);
     ran = true;
   } while (pending.load());
   return ran;
+}
+
+void Runtime::kick() {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t r = write(wake_fd, &one, sizeof one);
+}
+
+void Runtime::wake_if_needed(uint64_t deadline_ns) {
+  // seq_cst: pairs with park()'s store of `parked` and the pass it runs after that store.
+  if (t_progress_thread || !parked.load()) return;
+  if (deadline_ns >= parked_until.load()) return;  // it wakes in time by itself
+  if (parked.exchange(false)) kick();  // one kick per park is enough
 }
 
 void Runtime::watch_link(uint64_t now, bool initial) {
@@ -406,6 +501,10 @@ size_t Runtime::pass_locked() {
   deliver_cq_events(this);
   deliver_async_locked();
   publish_stats(this, now);
+  uint64_t d = engine->next_deadline();
+  if (link_fd >= 0) d = std::min(d, link_next);
+  if (stats != nullptr) d = std::min(d, stats_next);
+  deadline.store(d, std::memory_order_relaxed);
   return work;
 }
 

@@ -22,7 +22,8 @@ TEST(Config, ParsesDevicesAndComments) {
   std::string err;
   ASSERT_TRUE(parse("# two devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
                     "mtu = 1024\n\n[rxe-like_1]\ndevargs = net_tap0,iface=t0\nipv6 = fd00::1\n"
-                    "vlan = 7\npcap = /tmp/x.pcap\nexclusive = yes\n",
+                    "vlan = 7\npcap = /tmp/x.pcap\nexclusive = yes\nprogress = poll\n"
+                    "progress_cpu = 1\n",
                     "test.conf", &c, &err))
       << err;
   ASSERT_EQ(c.devices.size(), 2u);
@@ -37,6 +38,10 @@ TEST(Config, ParsesDevicesAndComments) {
   EXPECT_EQ(c.devices[1].pcap, "/tmp/x.pcap");
   EXPECT_TRUE(c.devices[1].exclusive);
   EXPECT_FALSE(c.devices[0].exclusive);
+  EXPECT_TRUE(c.devices[1].progress_poll);
+  EXPECT_EQ(c.devices[1].progress_cpu, 1);
+  EXPECT_FALSE(c.devices[0].progress_poll);  // defaults: park, not pinned
+  EXPECT_EQ(c.devices[0].progress_cpu, -1);
   EXPECT_EQ(c.devices[1].mtu, 4096u);  // default
 }
 
@@ -61,6 +66,9 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface=v0\nfault=loss\n", "t.conf:3: fault 'loss' needs a number >= 0"},
       {"[uroce0]\niface=v0\nfault=side=up\n", "t.conf:3: fault side 'up' must be tx, rx or both"},
       {"[uroce0]\niface=v0\nexclusive=1\n", "t.conf:3: exclusive '1' must be yes or no"},
+      {"[uroce0]\niface=v0\nprogress=spin\n", "t.conf:3: progress 'spin' must be park"},
+      {"[uroce0]\niface=v0\nprogress_cpu=x\n", "t.conf:3: progress_cpu 'x' must be a CPU"},
+      {"[uroce0]\niface=v0\nprogress_cpu=-2\n", "t.conf:3: progress_cpu '-2' must be a CPU"},
   };
   for (const Case& k : cases) {
     Config c;

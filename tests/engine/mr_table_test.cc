@@ -331,7 +331,7 @@ TEST(EngineRegMr, AccessFlagsAndIova) {
   EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_REMOTE_WRITE), nullptr);
   EXPECT_EQ(errno, EINVAL);
   errno = 0;
-  EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_MW_BIND), nullptr);
+  EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ZERO_BASED), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   errno = 0;
   EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ON_DEMAND), nullptr);

@@ -17,6 +17,9 @@
  *              exit, no counters file left
  *   link IFACE the interface goes down and comes back with another MTU: PORT_ERR and
  *              PORT_ACTIVE on every context, ibv_query_port's state and active MTU follow
+ *   passive UROCE  a device no application thread ever drives (uroce1) takes WRITEs: its
+ *              progress thread, asleep in the kernel (parked, as `uroce stats` shows), is
+ *              woken by each frame and acknowledges it (UROCE: the uroce tool)
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -203,6 +206,66 @@ static int mode_devices(void) {
   ep_free(&b);
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: two devices in one process (uroce0, uroce1) exchange RC WRITE and SEND\n");
+  return 0;
+}
+
+/* A counter of this process's device `dev` as `uroce stats PID` prints it ("  name  value"). */
+static long long stat_of(const char* uroce, const char* dev, const char* name) {
+  char cmd[512], line[512], want[96];
+  snprintf(cmd, sizeof cmd, "%s stats %d", uroce, (int)getpid());
+  snprintf(want, sizeof want, "device %s", dev);
+  FILE* p = popen(cmd, "r");
+  CHECK(p != NULL, "popen %s", cmd);
+  long long v = -1;
+  int in_dev = 0;
+  while (fgets(line, sizeof line, p)) {
+    if (!strncmp(line, "pid ", 4)) in_dev = strstr(line, want) != NULL;
+    char key[64];
+    long long x;
+    if (in_dev && sscanf(line, " %63s %lld", key, &x) == 2 && !strcmp(key, name)) v = x;
+  }
+  pclose(p);
+  CHECK(v >= 0, "%s of %s not in `uroce stats`", name, dev);
+  return v;
+}
+
+enum { kPassiveRounds = 5 };
+
+static int mode_passive(const char* uroce) {
+  struct ibv_context* c0 = open_named("uroce0");
+  struct ibv_context* c1 = open_named("uroce1");
+  CHECK(c0 && c1, "open uroce0 and uroce1: errno %d", errno);
+  struct ep a, b;
+  ep_init(&a, c0, 0);
+  ep_init(&b, c1, 0);
+  connect_pair(&a, &b);
+  int by_traffic = 0;
+  for (int r = 0; r < kPassiveRounds; ++r) {
+    /* uroce1's progress thread parks once nothing is left to do (no sleep here: each look is a
+     * run of `uroce stats`, bounded in number). */
+    int looks = 0;
+    while (stat_of(uroce, "uroce1", "progress_parked") != 1) CHECK(++looks < 5000, "never parked");
+    const long long woke = stat_of(uroce, "uroce1", "progress_woke_traffic");
+    for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 17 + i);
+    struct ibv_sge s = {(uintptr_t)a.buf, MSG, a.mr->lkey};
+    struct ibv_send_wr w = {.wr_id = 9, .sg_list = &s, .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG);
+    w.wr.rdma.rkey = b.mr->rkey;
+    CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE");
+    wait_one(&a); /* the ACK came: only uroce1's progress thread can have sent it */
+    CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
+    by_traffic += stat_of(uroce, "uroce1", "progress_woke_traffic") > woke;
+  }
+  /* A wake-up by a frame each round, but for one that a deadline may have beaten (the link
+   * watch wakes it every 100 ms). Without waking on traffic there would be none. */
+  CHECK(by_traffic >= kPassiveRounds - 1, "woken by the WRITE in %d of %d rounds", by_traffic,
+        kPassiveRounds);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: a device no thread of the program drives took %d WRITEs, its parked progress "
+         "thread woken by the frame in %d\n", kPassiveRounds, by_traffic);
   return 0;
 }
 
@@ -611,8 +674,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "fork")) return mode_fork();
   if (!strcmp(m, "exit")) return mode_exit();
   if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
+  if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
-          "link IFACE\n",
+          "link IFACE|passive UROCE\n",
           argv[0]);
   return 2;
 }

@@ -19,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/stats_shm.h"
@@ -198,6 +200,20 @@ int stats(int only_pid) {
                     static_cast<int>(uroce::kCounterInfo[i].text.size()),
                     uroce::kCounterInfo[i].text.data());
       }
+      // The progress thread: always shown (zeros say something too).
+      const std::pair<const char*, const volatile uint64_t*> progress[] = {
+          {"progress_parked", &st->progress_parked},
+          {"progress_parks", &st->progress_parks},
+          {"progress_woke_traffic", &st->progress_woke_traffic},
+          {"progress_woke_kick", &st->progress_woke_kick},
+          {"progress_woke_deadline", &st->progress_woke_deadline}};
+      const char* const progress_text[] = {
+          "1 while the progress thread sleeps until traffic, a deadline or posted work",
+          "times it went to sleep so", "woken by a frame", "woken by work an application left",
+          "woken by a timer or the link watch"};
+      for (size_t i = 0; i < std::size(progress); ++i)
+        std::printf("  %-26s %14llu  %s\n", progress[i].first,
+                    static_cast<unsigned long long>(*progress[i].second), progress_text[i]);
       for (size_t i = 1; i < static_cast<size_t>(uroce::wire::ParseError::kCount); ++i) {
         if (st->parse_errors[i] == 0) continue;
         const auto err = static_cast<uroce::wire::ParseError>(i);
