@@ -191,15 +191,22 @@ static int mode_contexts(void) {
   return 0;
 }
 
+/* Opens uroce0 and uroce1 (the two ends of the veth pair) with a connected endpoint on each. */
+static void open_two(struct ibv_context** c0, struct ibv_context** c1, struct ep* a,
+                     struct ep* b) {
+  *c0 = open_named("uroce0");
+  *c1 = open_named("uroce1");
+  CHECK(*c0 && *c1, "open uroce0 and uroce1: errno %d", errno);
+  ep_init(a, *c0, 0);
+  ep_init(b, *c1, 0);
+  CHECK(memcmp(a->gid.raw, b->gid.raw, 16) != 0, "both devices have the same GID");
+  connect_pair(a, b);
+}
+
 static int mode_devices(void) {
-  struct ibv_context* c0 = open_named("uroce0");
-  struct ibv_context* c1 = open_named("uroce1");
-  CHECK(c0 && c1, "open uroce0 and uroce1: errno %d", errno);
+  struct ibv_context *c0, *c1;
   struct ep a, b;
-  ep_init(&a, c0, 0);
-  ep_init(&b, c1, 0);
-  CHECK(memcmp(a.gid.raw, b.gid.raw, 16) != 0, "both devices have the same GID");
-  connect_pair(&a, &b);
+  open_two(&c0, &c1, &a, &b);
   exchange(&a, &b, 4);
   exchange(&b, &a, 5);
   ep_free(&a);
@@ -232,13 +239,9 @@ static long long stat_of(const char* uroce, const char* dev, const char* name) {
 enum { kPassiveRounds = 5 };
 
 static int mode_passive(const char* uroce) {
-  struct ibv_context* c0 = open_named("uroce0");
-  struct ibv_context* c1 = open_named("uroce1");
-  CHECK(c0 && c1, "open uroce0 and uroce1: errno %d", errno);
+  struct ibv_context *c0, *c1;
   struct ep a, b;
-  ep_init(&a, c0, 0);
-  ep_init(&b, c1, 0);
-  connect_pair(&a, &b);
+  open_two(&c0, &c1, &a, &b);
   int by_traffic = 0;
   for (int r = 0; r < kPassiveRounds; ++r) {
     /* uroce1's progress thread parks once nothing is left to do (no sleep here: each look is a
