@@ -288,7 +288,7 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
     if (++idle <= kSpins) {
       std::this_thread::yield();  // more traffic is likely soon after some
     } else if (port_fd >= 0) {
-      park(rt, port_fd, idle > kSpins + 50 ? kMaxParkNs : 20'000);
+      park(rt, port_fd, kMaxParkNs);
     } else {  // no descriptor to wait on: naps, longer once long idle
       park(rt, -1, idle > 20000 ? 1'000'000 : 20'000);
     }
