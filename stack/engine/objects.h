@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "engine/timer_wheel.h"
 #include "memory/mr.h"
@@ -262,8 +263,9 @@ struct Qp {
   uint64_t write_va = 0;
   uint32_t write_left = 0;
   uint32_t write_len = 0;
-  // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin).
-  std::array<RdAtomicRes, kMaxRdAtomic> res{};
+  // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin), sized when that
+  // attribute is set, so that a QP costs what it allows.
+  std::vector<RdAtomicRes> res = std::vector<RdAtomicRes>(1);
   uint32_t res_next = 0;
   uint32_t res_sending = 0;  // resources with a response stream in progress
   // Coalesced ACK waiting to be sent.

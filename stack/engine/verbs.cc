@@ -488,8 +488,13 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = qp->rnr_retry_left = attr->rnr_retry;
   if (mask & IBV_QP_MIN_RNR_TIMER) qp->min_rnr_timer = attr->min_rnr_timer;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->max_rd_atomic = std::max<uint8_t>(attr->max_rd_atomic, 1);
-  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     qp->max_dest_rd_atomic = std::max<uint8_t>(attr->max_dest_rd_atomic, 1);
+    // Resources in use stay where they are (a change in SQD keeps the ones below the new
+    // count; the IBA lets a QP shrink this only while no READ is outstanding).
+    qp->res.resize(qp->max_dest_rd_atomic);
+    qp->res_next %= qp->max_dest_rd_atomic;
+  }
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = attr->en_sqd_async_notify;
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
   if (mask & IBV_QP_RQ_PSN) {
@@ -602,7 +607,7 @@ void Engine::reset_qp(Qp* qp) {
   qp->cwnd = cfg_.tx_window;
   qp->rnr_waiting = false;
   qp->in_msg = qp->have_rwqe = false;
-  qp->res = {};
+  qp->res.assign(qp->res.size(), RdAtomicRes{});
   qp->res_next = qp->res_sending = 0;
   qp->ack_pending = false;
   qp->flush_pending = false;

@@ -78,7 +78,10 @@ int silence_kernel(const config::DeviceConfig& dc) {
   return fd;
 }
 
-constexpr uint32_t kQpnBlock = 0x10000;  // QPNs per process (max_qp is 4096), in rotation
+constexpr uint32_t kQpnBlock = 0x10000;  // QPNs per process, handed out in rotation
+// QPs one process may have at once: a quarter of its block, so that a destroyed QP's number
+// waits at least three quarters of a round before it comes back.
+constexpr uint32_t kMaxQp = kQpnBlock / 4;
 
 /// Several processes may open the same device (interface); each runs its own engine, so their
 /// QPNs must not overlap. Each claims a block of QPNs by binding an abstract-namespace Unix
@@ -371,6 +374,7 @@ Runtime* open_runtime(Device* d) {
   ec.node_guid = d->guid;
   ec.first_qpn = claim_qpn_block(dc, &rt->qpn_claim_fd);
   ec.qpn_span = kQpnBlock;
+  ec.max_qp = kMaxQp;
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->engine_port = port;
   rt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

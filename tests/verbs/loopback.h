@@ -1,6 +1,7 @@
-/* Shared by the plain C loopback test programs (loopback_access.c, loopback_ext.c): a CHECK
- * macro that prints "FAIL: ..." and exits, and the INIT -> RTR -> RTS walk that connects an
- * RC QP to another QP of the same device (GID index 1, the RoCEv2 IPv4 GID). */
+/* Shared by the plain C verbs programs (loopback_access.c, loopback_ext.c, runtime_test.c and
+ * tools/bench's qp_scale.c, cq_wait.c): a CHECK macro that prints "FAIL: ..." and exits, the
+ * INIT -> RTR -> RTS walk that connects an RC QP to another QP of the same device (GID index
+ * 1, the RoCEv2 IPv4 GID), and the process's resident memory. */
 #pragma once
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -45,4 +46,15 @@ static inline int loopback_connect(struct ibv_qp* qp, uint32_t dest, union ibv_g
   a.max_rd_atomic = rd_atomic;
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) ? 3 : 0;
+}
+
+/* The process's resident set (VmRSS), KiB; -1 if unknown. */
+static inline long rss_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
+  if (f) fclose(f);
+  return v;
 }

@@ -399,16 +399,6 @@ static long count_dir(const char* dir, const char* prefix) {
   return n;
 }
 
-static long rss_kib(void) {
-  FILE* f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
-  if (f) fclose(f);
-  return v;
-}
-
 static int mode_loop(int n) {
   char fds[4096], own_shm[64];  /* this process's files in /dev/shm: uroce-PID-... */
   snprintf(own_shm, sizeof own_shm, "uroce-%d-", (int)getpid());

@@ -2,8 +2,11 @@
 # The kernel's own sockets and uroce on the same link, in one run: two network namespaces
 # joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B) and qperf (tcp_lat,
 # udp_lat) over the kernel, then unmodified perftest over uroce (DPDK net_af_packet on the
-# same veth). Prints each figure with its ratio to the kernel's, and the CPU of each side
-# (share of one core, /usr/bin/time %P); saves docs/bench/side_by_side.csv and .png.
+# same veth), the latency tests again with the progress thread spinning (progress = poll),
+# the CPU of an idle process and of one blocked in ibv_get_cq_event, and 10,000 RC QPs in one
+# process (tools/bench/qp_scale.c). Prints each figure with its ratio to the kernel's, and the
+# CPU of each side (share of one core, /usr/bin/time %P); saves docs/bench/side_by_side.csv
+# and .png.
 # Medians of RUNS runs (default 3). Needs root; run with nothing else busy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,7 +15,8 @@ for t in iperf3 qperf ib_write_bw; do
   command -v "$t" >/dev/null || { echo "side_by_side: $t is missing: run tools/install-deps.sh"; exit 1; }
 done
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DUROCE_BUILD_TESTS=OFF >/dev/null
-cmake --build build-release -j"${UROCE_JOBS:-2}" --target uroce_ibverbs uroce >/dev/null
+cmake --build build-release -j"${UROCE_JOBS:-2}" --target uroce_ibverbs uroce qp_scale cq_wait \
+  >/dev/null
 uroce=$PWD/build-release/tools/uroce/uroce
 a=uroce-bench-a b=uroce-bench-b
 tmp=$(mktemp -d)
@@ -94,6 +98,20 @@ idle_cpu() {
   echo "$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", 100 * d / hz / 5}') 0 0"
 }
 
+# A process blocked in ibv_get_cq_event (tools/bench/cq_wait.c): its CPU over 5 s.
+blocked_cpu() {
+  echo "$(ip netns exec "$b" "$uroce" run --iface ubn-b -- "$PWD/build-release/tools/bench/cq_wait" 5 |
+    awk '/blocked_cpu_pct/ {print $2}') 0 0"
+}
+# 10,000 RC QPs in one process (tools/bench/qp_scale.c): FIGURE is one of its output keys.
+qp_scale() {
+  ip netns exec "$b" "$uroce" run --iface ubn-b -- "$PWD/build-release/tools/bench/qp_scale" 10000 \
+    >"$tmp/qp.out"
+  echo "$(awk -v k="$1" '$1 == k {print $2}' "$tmp/qp.out") 0 0"
+}
+# The same perftest with the progress thread spinning (progress = poll).
+polled() { export UROCE_PROGRESS=poll; "$@"; unset UROCE_PROGRESS; }
+
 mkdir -p docs/bench
 csv=docs/bench/side_by_side.csv
 echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to" > "$csv"
@@ -131,7 +149,14 @@ row uroce "ib_send_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_send_lat -d uro
 row uroce "ib_write_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_read_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d uroce0 -x 1 -n 2000
+row poll "ib_send_lat 8 B, poll" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_write_lat 8 B, poll" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_read_lat 8 B, poll" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "idle, device open" "% of a core" - idle_cpu
+row uroce "blocked in get_cq_event" "% of a core" - blocked_cpu
+row qps "10000 QPs: create" us/QP - qp_scale create_us_per_qp
+row qps "10000 QPs: memory" B/QP - qp_scale memory_per_qp_beyond_wqs_bytes
+row qps "10000 QPs: WRITE each" ms - qp_scale write_each_ms
 echo "CSV: $csv"
 
 if command -v gnuplot >/dev/null; then
@@ -139,12 +164,12 @@ if command -v gnuplot >/dev/null; then
 set terminal pngcairo size 1100,480 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title 'The kernel sockets (blue: iperf3, qperf) and uroce (red: perftest) on one veth pair, in one run'
+set multiplot layout 1,2 title 'The kernel sockets (blue: iperf3, qperf) and uroce (red: perftest; yellow: progress = poll) on one veth pair, in one run'
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
 set xtics rotate by -35
-color(g) = g eq 'kernel' ? 0x4477aa : 0xcc6677
+color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : 0xcc6677
 set yrange [0:*]
 set title 'bandwidth, MB/s (higher is better)'
 plot '< grep -E "MB/s" docs/bench/side_by_side.csv | grep -v -- "-q"' \
