@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -32,7 +33,10 @@ class TimerWheel {
   /// `tick_ns` is the resolution; `slots` * `tick_ns` is the span a lap covers (timers further
   /// out simply stay in their slot for more laps).
   explicit TimerWheel(uint64_t start_ns = 0, uint64_t tick_ns = 1024, size_t slots = 4096)
-      : tick_ns_(tick_ns), heads_(slots + 1, nullptr), now_tick_(start_ns / tick_ns) {}
+      : tick_ns_(tick_ns),
+        heads_(slots + 1, nullptr),
+        occupied_((slots + 1 + 63) / 64, 0),
+        now_tick_(start_ns / tick_ns) {}
 
   /// Arms (or re-arms) `t` to fire at the first advance() with now >= expires_ns.
   void arm(Timer& t, uint64_t expires_ns) {
@@ -92,13 +96,18 @@ class TimerWheel {
     return fired;
   }
 
-  /// Earliest expiry among armed timers, or kNever. Scans the wheel: call it when idle.
+  /// Earliest expiry among armed timers, or kNever. Visits only the slots that hold timers
+  /// (a bitmap of them: a 4096-slot wheel is 65 words), so it is cheap enough to ask often.
   uint64_t next_expiry() const {
     if (armed_ == 0) return kNever;
     uint64_t best = kNever;
-    for (Timer* h : heads_)
-      for (Timer* t = h; t != nullptr; t = t->next)
-        if (t->expires_ns < best) best = t->expires_ns;
+    for (size_t w = 0; w < occupied_.size(); ++w) {
+      for (uint64_t bits = occupied_[w]; bits != 0; bits &= bits - 1) {
+        const size_t slot = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+        for (Timer* t = heads_[slot]; t != nullptr; t = t->next)
+          if (t->expires_ns < best) best = t->expires_ns;
+      }
+    }
     return best;
   }
 
@@ -123,7 +132,9 @@ class TimerWheel {
     } else {
       heads_[pending_slot()] = &t;
     }
+    mark(pending_slot());
   }
+  void mark(uint32_t slot) { occupied_[slot / 64] |= uint64_t{1} << (slot % 64); }
   void link(Timer& t, uint32_t slot) {
     t.slot = slot;
     Timer*& head = heads_[slot];
@@ -131,12 +142,14 @@ class TimerWheel {
     t.next = head;
     if (head != nullptr) head->prev = &t;
     head = &t;
+    mark(slot);
   }
   void unlink(Timer& t) {
     if (t.prev != nullptr) {
       t.prev->next = t.next;
     } else {
       heads_[t.slot] = t.next;
+      if (t.next == nullptr) occupied_[t.slot / 64] &= ~(uint64_t{1} << (t.slot % 64));
     }
     if (t.next != nullptr) {
       t.next->prev = t.prev;
@@ -148,6 +161,7 @@ class TimerWheel {
 
   uint64_t tick_ns_;
   std::vector<Timer*> heads_;
+  std::vector<uint64_t> occupied_;  // bit s: heads_[s] holds a timer
   uint64_t now_tick_;
   Timer* pending_tail_ = nullptr;  // last timer of the pending list (heads_.back())
   size_t armed_ = 0;

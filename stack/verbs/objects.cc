@@ -110,9 +110,11 @@ int after_poll(Runtime* rt, int got, uint64_t now) {
   app_back(rt, now);
   if (got > 0) {
     rt->last_completion.store(now, std::memory_order_relaxed);
-    if (rt->app_gap_ns.load(std::memory_order_relaxed) > kAppBusyNs &&
-        rt->napping.load(std::memory_order_relaxed) && rt->napping.exchange(false))
+    if (rt->app_gap_ns.load(std::memory_order_relaxed) > kAppAwayNs &&
+        rt->napping.load(std::memory_order_relaxed) && rt->napping.exchange(false)) {
+      rt->handoff.store(true);
       rt->kick();
+    }
   }
   return got;
 }
@@ -120,12 +122,12 @@ int after_poll(Runtime* rt, int got, uint64_t now) {
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
+  rt->last_app_poll.store(now, std::memory_order_relaxed);
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
   if (got != 0 || n <= 0) return after_poll(rt, got, now);
   // Nothing there: a busy-polling application drives the engine itself, unless another
   // thread is doing so right now (then there is nothing to wait for: return empty).
-  rt->last_app_poll.store(now, std::memory_order_relaxed);
   if (!rt->drive(false)) return after_poll(rt, 0, now);
   return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now);
 }
@@ -145,7 +147,9 @@ int op_req_notify_cq(ibv_cq* cq, int) {
 
 int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   Runtime* rt = runtime_of(qp->context);
-  app_back(rt, now_ns());
+  const uint64_t now = now_ns();
+  rt->last_app_poll.store(now, std::memory_order_relaxed);
+  app_back(rt, now);
   const ibv_send_wr* b = nullptr;
   const int rc = rt->engine->post_send(to_qp(qp), wr, &b);  // the WRs and the doorbell
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(b);
@@ -629,6 +633,12 @@ int ibv_resize_cq(ibv_cq* cq, int cqe) {
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
   ContextState* s = state_of(channel->context);
+  // The application is about to sleep until a completion: receiving is the progress
+  // thread's job now, at once (not after its nap), and the CPU is free for it to stay awake
+  // a little after each message (a parked thread takes a wake-up per frame).
+  Runtime* rt = runtime_of(channel->context);
+  rt->last_app_poll.store(0, std::memory_order_relaxed);
+  if (rt->napping.exchange(false) || rt->parked.load()) rt->kick();
   for (;;) {
     ibv_cq* handle = nullptr;
     const ssize_t n = read(channel->fd, &handle, sizeof handle);

@@ -70,22 +70,21 @@ struct Runtime {
   std::atomic<bool> pending{false};  // new work was posted: the next engine pass must run
   std::thread progress;
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> last_app_poll{0};  // when an application thread last drove the engine
-  // How soon the application polls again after a poll that returned completions (a moving
-  // average, ns), and when that last happened (0: measured already). An application that
-  // stays away (it spins on memory, or sleeps) hands the receiving over to the progress
-  // thread at once: the poll kicks it out of its nap (`napping`).
+  std::atomic<uint64_t> last_app_poll{0};  // when an application thread last posted or polled
+  // How soon the application polls or posts again after a poll that returned completions (a
+  // moving average, ns), and when that last happened (0: measured already). An application
+  // that stays away (it spins on memory, or sleeps) hands the receiving over to the progress
+  // thread at once: the poll sets `handoff` and kicks it out of its nap (`napping`).
   std::atomic<uint64_t> app_gap_ns{0};
   std::atomic<uint64_t> last_completion{0};
   std::atomic<bool> napping{false};
+  std::atomic<bool> handoff{false};
   // Waking on traffic (docs/threading.md): with nothing to do, the progress thread sleeps in
   // ppoll on the port's wait_fd and on `wake_fd` until `parked_until`. A thread that leaves
   // the engine with work or a deadline sooner than that writes `wake_fd`.
   int wake_fd = -1;                          // eventfd
   std::atomic<bool> parked{false};
   std::atomic<uint64_t> parked_until{0};
-  // When the engine next needs a pass (a timer, the link watch), as of the last one.
-  std::atomic<uint64_t> deadline{0};
   Port* engine_port = nullptr;  // the port the engine uses (the top decorator)
   int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
   int qpn_claim_fd = -1;       // abstract Unix socket naming this process's QPN block
@@ -118,6 +117,8 @@ struct Runtime {
   void wake_if_needed(uint64_t deadline_ns);
   /// Wakes the progress thread from park (or makes its next park return at once).
   void kick();
+  /// When the engine next needs a pass: a timer, the link watch, the counters (emu held).
+  uint64_t deadline_locked() const;
 };
 
 /// The engine lock for a control verb (ibv_modify_qp, ibv_create_*, ...): released, it wakes
@@ -127,9 +128,10 @@ class EngineLock {
  public:
   explicit EngineLock(Runtime* rt) : rt_(rt) { rt_->emu.lock(); }
   ~EngineLock() {
-    const uint64_t d = rt_->engine->next_deadline();
+    const bool check = rt_->parked.load();
+    const uint64_t d = check ? rt_->deadline_locked() : 0;
     rt_->emu.unlock();
-    rt_->wake_if_needed(d);
+    if (check) rt_->wake_if_needed(d);
   }
   EngineLock(const EngineLock&) = delete;
   EngineLock& operator=(const EngineLock&) = delete;
@@ -163,9 +165,13 @@ struct ContextState {
 /// Monotonic time in ns: the engine's clock in production.
 uint64_t now_ns();
 
-/// An application thread that polled its CQ this recently is taken to be polling still: the
-/// progress thread stays out of its way.
-inline constexpr uint64_t kAppBusyNs = 20'000;
+/// An application that used the device (posted, polled) this recently is taken to be still
+/// at it: it drives the engine itself, and the progress thread stays out of its way.
+inline constexpr uint64_t kAppActiveNs = 1'000'000;
+/// An application that, after getting completions, comes back to the device later than this
+/// (on average) is taken to wait elsewhere meanwhile (spinning on memory, sleeping): its
+/// completions hand the receiving over to the progress thread at once.
+inline constexpr uint64_t kAppAwayNs = 20'000;
 
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();

@@ -23,6 +23,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "dpdk/dpdk_port.h"
@@ -206,26 +207,37 @@ void reap_leftovers() {
 // the engine, and the progress thread naps instead of competing with it for the CPU.
 thread_local bool t_progress_thread = false;
 
-// Passes the progress thread runs (yielding between them) after the last work before it
-// parks: a request that comes right after a response is served without a wake-up.
-constexpr uint32_t kSpins = 64;
+// How long the progress thread keeps running passes (yielding between them) after its last
+// work before it parks: traffic comes in bursts, and the next frame of one is then served
+// without a wake-up.
+constexpr uint64_t kSpinNs = 200'000;
 // The longest nap while an application thread keeps polling.
 constexpr uint64_t kMaxAppNapNs = 1'000'000;
 // The longest park: a bound on what a missed kick could cost.
 constexpr uint64_t kMaxParkNs = 100'000'000;
 
-/// Sleeps until traffic (on `port_fd`, if there is one), rt->deadline, a kick, or `max_ns`.
+/// Sleeps until traffic (on `port_fd`, if there is one), the engine's deadline, a kick, or
+/// `max_ns`.
 /// Returns at once if a pass run after publishing `parked` finds work (a poster may have
 /// seen `parked` false and not kicked).
 void park(Runtime* rt, int port_fd, uint64_t max_ns) {
-  rt->parked_until.store(std::min(rt->deadline.load(), now_ns() + max_ns));
+  // Until it knows when it will wake, a thread that leaves work must assume "never".
+  rt->parked_until.store(UINT64_MAX);
   rt->parked.store(true);
+  // One more pass after publishing `parked`: work left by a thread that saw it false is done
+  // here. If another thread holds the engine, that thread sees `parked` when it lets go.
   size_t work = 0;
-  rt->drive(false, &work);  // failing the try-lock is fine: that holder checks `parked`
+  uint64_t deadline = 0;
+  if (rt->emu.try_lock()) {
+    rt->pending.store(false);
+    work = rt->pass_locked();
+    deadline = rt->deadline_locked();
+    rt->emu.unlock();
+  }
   const uint64_t now = now_ns();
-  const uint64_t until = std::min(rt->deadline.load(), now + max_ns);
+  const uint64_t until = std::min(deadline, now + max_ns);
   rt->parked_until.store(until);
-  if (work == 0 && until > now) {
+  if (work == 0 && !rt->pending.load() && until > now) {
     StatsShm* st = rt->stats;
     if (st != nullptr) {
       __atomic_store_n(&st->progress_parked, 1, __ATOMIC_RELAXED);
@@ -261,21 +273,29 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
   }
   const int port_fd = rt->engine_port->wait_fd();
   uint32_t idle = 0;
-  uint64_t app_nap = kAppBusyNs;  // doubles while the application keeps polling
+  uint64_t last_work = now_ns();
+  uint64_t app_nap = kAppAwayNs;  // doubles while the application stays active
+  uint64_t handed_at = 0;  // last_app_poll when the application handed over (it is away since)
   while (!rt->stop.load(std::memory_order_relaxed)) {
     size_t work = 0;
     rt->drive(false, &work);
     if (poll_mode) continue;
-    const bool app_polling =
-        now_ns() - rt->last_app_poll.load(std::memory_order_relaxed) < kAppBusyNs;
-    if (work != 0 && !app_polling) {
+    const uint64_t now = now_ns();
+    // The application handed over (it got its completions and waits elsewhere): it is away
+    // until it posts or polls again.
+    const uint64_t last_app = rt->last_app_poll.load(std::memory_order_relaxed);
+    if (rt->handoff.exchange(false)) handed_at = last_app;
+    const bool away = last_app == handed_at;
+    const bool app_active = now - last_app < kAppActiveNs && !away;
+    if (work != 0) last_work = now;
+    if (work != 0 && !app_active) {
       idle = 0;
       continue;
     }
-    if (app_polling) {
-      // Out of its way, and back soon after it stops polling (then to wait for traffic): a
-      // poll that returns completions kicks it when this application tends to stay away
-      // from its CQ after one (see op_poll_cq).
+    if (app_active) {
+      // Out of its way, and back soon after it stops (then to wait for traffic): a poll that
+      // returns completions hands over at once when this application tends to stay away
+      // after them (see op_poll_cq).
       rt->napping.store(true);
       pollfd p{rt->wake_fd, POLLIN, 0};
       const timespec ts{0, static_cast<long>(app_nap)};
@@ -287,8 +307,13 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
       app_nap = std::min<uint64_t>(app_nap * 2, kMaxAppNapNs);
       continue;
     }
-    app_nap = kAppBusyNs;
-    if (++idle <= kSpins) {
+    app_nap = kAppAwayNs;
+    ++idle;
+    if (away && port_fd >= 0) {
+      // Wherever the application waits now (spinning on memory, most likely), a spinning
+      // progress thread would take its CPU: sleep until traffic instead.
+      park(rt, port_fd, kMaxParkNs);
+    } else if (now - last_work < kSpinNs) {
       std::this_thread::yield();  // more traffic is likely soon after some
     } else if (port_fd >= 0) {
       park(rt, port_fd, kMaxParkNs);
@@ -462,9 +487,11 @@ bool Runtime::drive(bool posted, size_t* work) {
     pending.store(false);
     const size_t w = pass_locked();
     if (work != nullptr) *work += w;
-    const uint64_t d = deadline.load(std::memory_order_relaxed);
+    // The progress thread parked: does it wake in time for what the engine has now?
+    const bool check = !t_progress_thread && parked.load();
+    const uint64_t d = check ? deadline_locked() : 0;
     emu.unlock();
-    wake_if_needed(d);
+    if (check) wake_if_needed(d);
     ran = true;
   } while (pending.load());
   return ran;
@@ -473,6 +500,15 @@ bool Runtime::drive(bool posted, size_t* work) {
 void Runtime::kick() {
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t r = write(wake_fd, &one, sizeof one);
+}
+
+uint64_t Runtime::deadline_locked() const {
+  // next_deadline() walks the timer wheel: asked only when the progress thread parks or is
+  // parked, never on every pass.
+  uint64_t d = engine->next_deadline();
+  if (link_fd >= 0) d = std::min(d, link_next);
+  if (stats != nullptr) d = std::min(d, stats_next);
+  return d;
 }
 
 void Runtime::wake_if_needed(uint64_t deadline_ns) {
@@ -505,10 +541,6 @@ size_t Runtime::pass_locked() {
   deliver_cq_events(this);
   deliver_async_locked();
   publish_stats(this, now);
-  uint64_t d = engine->next_deadline();
-  if (link_fd >= 0) d = std::min(d, link_next);
-  if (stats != nullptr) d = std::min(d, stats_next);
-  deadline.store(d, std::memory_order_relaxed);
   return work;
 }
 
