@@ -149,9 +149,9 @@ row uroce "ib_send_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_send_lat -d uro
 row uroce "ib_write_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_read_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d uroce0 -x 1 -n 2000
-row poll "ib_send_lat 8 B, poll" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
-row poll "ib_write_lat 8 B, poll" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
-row poll "ib_read_lat 8 B, poll" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_send_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_write_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "idle, device open" "% of a core" - idle_cpu
 row uroce "blocked in get_cq_event" "% of a core" - blocked_cpu
 row qps "10000 QPs: create" us/QP - qp_scale create_us_per_qp
@@ -161,14 +161,14 @@ echo "CSV: $csv"
 
 if command -v gnuplot >/dev/null; then
   gnuplot <<'GP'
-set terminal pngcairo size 1100,480 noenhanced
+set terminal pngcairo size 1500,600 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
 set multiplot layout 1,2 title 'The kernel sockets (blue: iperf3, qperf) and uroce (red: perftest; yellow: progress = poll) on one veth pair, in one run'
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
-set xtics rotate by -35
+set xtics rotate by -45 font ",10"
 color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : 0xcc6677
 set yrange [0:*]
 set title 'bandwidth, MB/s (higher is better)'
