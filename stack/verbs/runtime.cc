@@ -275,7 +275,8 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
   uint32_t idle = 0;
   uint64_t last_work = now_ns();
   uint64_t app_nap = kAppAwayNs;  // doubles while the application stays active
-  uint64_t handed_at = 0;  // last_app_poll when the application handed over (it is away since)
+  // last_app_poll when the application last handed over (it is away until that changes)
+  uint64_t handed_at = UINT64_MAX;
   while (!rt->stop.load(std::memory_order_relaxed)) {
     size_t work = 0;
     rt->drive(false, &work);
