@@ -74,9 +74,8 @@ NeighborState Engine::resolve(const Gid& ip, MacAddr* mac) {
     return NeighborState::kReachable;
   }
   if (n != nullptr && n->state == NeighborState::kIncomplete) return n->state;
-  if (is_ipv4_mapped(ip) ? !cfg_.ipv4 : !cfg_.ipv6) {
-    return NeighborState::kFailed;  // no source address of that family to ask from
-  }
+  // IPv4 needs an address to ask from; IPv6 always has one: the link-local (GID index 0).
+  if (is_ipv4_mapped(ip) && !cfg_.ipv4) return NeighborState::kFailed;
   if (n == nullptr) n = find_or_add_neighbor(ip);
   n->state = NeighborState::kIncomplete;
   n->tries = 0;
@@ -88,7 +87,11 @@ void Engine::send_arp_request(Neighbor* n) {
   ++n->tries;
   counters_.inc(Counter::arp_requests_sent);
   if (!is_ipv4_mapped(n->ip)) {
-    send_nd(kNeighborSolicitation, n->ip, *cfg_.ipv6, solicited_node(n->ip),
+    // From the address of the target's scope (RFC 4861 7.2.2): the link-local one for a
+    // link-local target, or when there is no global address.
+    const bool link_local = n->ip[0] == 0xfe && (n->ip[1] & 0xc0) == 0x80;
+    const Ipv6Addr src = link_local || !cfg_.ipv6 ? gids_[0] : *cfg_.ipv6;
+    send_nd(kNeighborSolicitation, n->ip, src, solicited_node(n->ip),
             solicited_node_mac(n->ip), mac_);
     flush_tx();
     timers_.arm(n->timer, now_ + kArpRetryNs);

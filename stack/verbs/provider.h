@@ -87,6 +87,7 @@ struct Runtime {
   std::atomic<uint64_t> parked_until{0};
   Port* engine_port = nullptr;  // the port the engine uses (the top decorator)
   int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
+  int quiet6_fd = -1;          // the same for IPv6 (link-local and global GIDs)
   int qpn_claim_fd = -1;       // abstract Unix socket naming this process's QPN block
   // The interface's state and MTU, looked at every 100 ms from an engine pass (under emu).
   int link_fd = -1;            // a datagram socket for the SIOCGIF* ioctls (-1: not watched)

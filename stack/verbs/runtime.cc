@@ -47,29 +47,30 @@ bool g_reaped = false;
 /// The Linux kernel sees our UDP 4791 traffic too (the interface is shared with DPDK's
 /// af_packet) and would answer every packet with ICMP port unreachable. A socket bound to
 /// port 4791 whose filter drops everything makes it keep quiet: the kernel finds a socket,
-/// the filter discards the copy, no ICMP. Returns -1 if that is not possible (then the
-/// ICMP noise is harmless: the peer ignores it).
-int silence_kernel(const config::DeviceConfig& dc) {
+/// the filter discards the copy, no ICMP. One per family: IPv4 on the device's address,
+/// IPv6 on any address (the link-local GID's traffic as well as a global one's). Returns
+/// -1 if that is not possible (then the ICMP noise is harmless: the peer ignores it).
+int silence_kernel(const config::DeviceConfig& dc, bool ipv6) {
+  if (!ipv6 && !dc.ipv4) return -1;
   sock_filter drop_all = {BPF_RET | BPF_K, 0, 0, 0};
   sock_fprog prog = {1, &drop_all};
-  const bool v4 = dc.ipv4.has_value();
-  const int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   int rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
-  if (rc == 0 && v4) {
+  if (rc == 0 && !ipv6) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(wire::kRoceV2Port);
     std::memcpy(&a.sin_addr, dc.ipv4->data(), 4);
     rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   } else if (rc == 0) {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
-    a.sin6_port = htons(wire::kRoceV2Port);
-    std::memcpy(&a.sin6_addr, dc.ipv6->data(), 16);
+    a.sin6_port = htons(wire::kRoceV2Port);  // in6addr_any
     rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
   if (rc != 0) {
@@ -331,6 +332,7 @@ void teardown(Runtime* rt) {
   rt->kick();
   if (rt->progress.joinable()) rt->progress.join();
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
+  if (rt->quiet6_fd >= 0) close(rt->quiet6_fd);
   if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
   if (rt->link_fd >= 0) close(rt->link_fd);
   if (rt->wake_fd >= 0) close(rt->wake_fd);
@@ -404,7 +406,8 @@ Runtime* open_runtime(Device* d) {
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->engine_port = port;
   rt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  rt->quiet_fd = silence_kernel(dc);
+  rt->quiet_fd = silence_kernel(dc, false);
+  rt->quiet6_fd = silence_kernel(dc, true);
   if (!dc.iface.empty() && dc.iface.size() < IFNAMSIZ) {  // net_tap by devargs: not watched
     rt->link_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     rt->link_iface = dc.iface;

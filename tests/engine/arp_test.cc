@@ -182,6 +182,57 @@ TEST(Arp, TwoEnginesFindEachOtherAndTalk) {
   EXPECT_EQ(connect_qp(b, qb, qa->qpn, kIpA, o), 0);
 }
 
+TEST(Nd, LinkLocalGidsResolveAndCarryRcTrafficWithoutAnyIpv6Address) {
+  // Issue 12: GID index 0, the fe80:: link-local GID, as `ibv_rc_pingpong -g 0` uses it. The
+  // engines have IPv4 addresses only: neighbour discovery asks from the link-local address.
+  Pair p(4);
+  ibv_gid ga, gb;
+  ASSERT_EQ(p.a.engine->query_gid(1, 0, &ga), 0);
+  ASSERT_EQ(p.b.engine->query_gid(1, 0, &gb), 0);
+  EXPECT_EQ(ga.raw[0], 0xfe);
+  EXPECT_EQ(ga.raw[1], 0x80);
+  wire::Gid la, lb;
+  std::memcpy(la.data(), ga.raw, 16);
+  std::memcpy(lb.data(), gb.raw, 16);
+  MacAddr mac{};
+  NeighborState st = p.a.engine->resolve(lb, &mac);
+  ASSERT_EQ(st, NeighborState::kIncomplete);  // a solicitation went out
+  ASSERT_TRUE(p.run_until([&] { return p.a.engine->neighbor_state(lb, &mac) != st; }));
+  ASSERT_EQ(p.a.engine->neighbor_state(lb, &mac), NeighborState::kReachable);
+  EXPECT_EQ(mac, p.link.b().mac());
+  QpOptions oa, ob;
+  oa.sgid_index = ob.sgid_index = 0;
+  oa.dgid = lb;
+  ob.dgid = la;
+  auto [qa, qb] = p.rc_pair(oa, ob);
+  std::vector<uint8_t> src(3000, 0x5a), dst(4096, 0);
+  mem::Mr* smr = p.a.reg(src, IBV_ACCESS_LOCAL_WRITE);
+  mem::Mr* dmr = p.b.reg(dst, IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge rs{reinterpret_cast<uint64_t>(dst.data()), 4096, dmr->key};
+  ibv_recv_wr rwr{};
+  rwr.sg_list = &rs;
+  rwr.num_sge = 1;
+  ASSERT_EQ(p.b.engine->post_recv(qb, &rwr, nullptr), 0);
+  ibv_sge ss{reinterpret_cast<uint64_t>(src.data()), 3000, smr->key};
+  ibv_send_wr swr{};
+  swr.sg_list = &ss;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  ASSERT_EQ(p.a.engine->post_send(qa, &swr, nullptr), 0);
+  std::vector<ibv_wc> wa, wb;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& w : drain(p.a)) wa.push_back(w);
+    for (auto& w : drain(p.b)) wb.push_back(w);
+    return wa.size() == 1 && wb.size() == 1;
+  }));
+  EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wb[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wb[0].byte_len, 3000u);
+  EXPECT_EQ(dst[2999], 0x5a);
+  EXPECT_EQ(p.a.engine->counters()[Counter::retransmitted_pkts], 0u);
+}
+
 }  // namespace
 }  // namespace uroce::test
 

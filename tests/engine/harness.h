@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/engine.h"
@@ -56,6 +57,10 @@ struct QpOptions {
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                IBV_ACCESS_REMOTE_ATOMIC;
   Srq* srq = nullptr;
+  // The path: source GID index (1: the IPv4-mapped GID) and, if set, the peer's GID instead
+  // of the IPv4-mapped form of its address (e.g. its fe80:: link-local GID, index 0).
+  uint8_t sgid_index = 1;
+  std::optional<wire::Gid> dgid;
 };
 
 inline Qp* make_qp(Side& s, const QpOptions& o) {
@@ -94,8 +99,8 @@ inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& 
     a.rq_psn = o.rq_psn;
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = 1;
-    a.ah_attr.grh.sgid_index = 1;
-    const wire::Gid g = wire::ipv4_mapped_gid(peer_ip);
+    a.ah_attr.grh.sgid_index = o.sgid_index;
+    const wire::Gid g = o.dgid ? *o.dgid : wire::ipv4_mapped_gid(peer_ip);
     std::memcpy(a.ah_attr.grh.dgid.raw, g.data(), 16);
     mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (o.type == IBV_QPT_RC) {

@@ -64,6 +64,11 @@ run_pair "ibv_rc_pingpong -N (ibv_wr_* API)" ibv_rc_pingpong -d uroce0 -g 1 -n 1
 run_pair ibv_uc_pingpong ibv_uc_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_ud_pingpong ibv_ud_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_srq_pingpong ibv_srq_pingpong -d uroce0 -g 1 -n 100 --
+# GID index 0, the fe80:: link-local GID (neighbour discovery asks from the link-local address;
+# the interfaces have no other IPv6 address).
+run_pair "ibv_rc_pingpong -g 0 (link-local)" ibv_rc_pingpong -d uroce0 -g 0 -n 100 --
+run_pair "ibv_ud_pingpong -g 0 (link-local)" ibv_ud_pingpong -d uroce0 -g 0 -n 50 --
+run_pair "ib_write_bw -x 0 (link-local)" ib_write_bw -d uroce0 -x 0 -s 65536 -n 200 --
 run_pair "ib_write_bw 64 KiB" ib_write_bw -d uroce0 -x 1 -s 65536 -n 200 --
 run_pair "ib_write_bw -a (2 B .. 8 MiB)" ib_write_bw -d uroce0 -x 1 -a -n 20 --
 run_pair "ib_send_bw 4 KiB" ib_send_bw -d uroce0 -x 1 -s 4096 -n 200 --
