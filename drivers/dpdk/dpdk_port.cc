@@ -54,6 +54,7 @@ void cloexec_new_fds(const std::set<int>& before) {
 /// net_af_packet's packet socket (with PACKET_RX_RING, poll() reports POLLIN while the ring
 /// holds a frame the PMD has not handed back), or net_tap's /dev/net/tun queue. -1 if none.
 int find_wait_fd(const std::set<int>& fds) {
+  int tun = -1;
   for (int fd : fds) {
     int domain = 0;
     socklen_t len = sizeof domain;
@@ -61,11 +62,13 @@ int find_wait_fd(const std::set<int>& fds) {
       return fd;
     char target[64] = {0};
     const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    // net_tap opens a keep-alive queue first (detached: no traffic) and the receive queue at
+    // queue setup: the last one opened is the one frames arrive on.
     if (readlink(link.c_str(), target, sizeof target - 1) > 0 &&
         std::string_view(target) == "/dev/net/tun")
-      return fd;
+      tun = fd;
   }
-  return -1;
+  return tun;
 }
 
 // Each mbuf carries its Frame in the private area just after the rte_mbuf header.

@@ -279,7 +279,9 @@ size_t Engine::poll(uint64_t now_ns) {
 }
 
 uint64_t Engine::next_deadline() const {
-  if (!active_.empty() || !loopback_.empty()) return now_;
+  if (!active_.empty() || !loopback_.empty() ||
+      doorbell_rung_.load(std::memory_order_acquire))
+    return now_;
   return timers_.next_expiry();
 }
 

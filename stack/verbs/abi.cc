@@ -49,6 +49,7 @@ int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
                              b.addr,    b.length, static_cast<int>(b.mw_access_flags),
                              true};
   Runtime* rt = runtime_of(qp->context);
+  app_posted(rt);
   const int e = rt->engine->post_bind_mw(to_qp(qp), mw_bind->wr_id, mw_bind->send_flags, req);
   if (e == 0) mw->rkey = new_key;
   rt->drive(true);

@@ -284,6 +284,7 @@ int wr_complete(ibv_qp_ex* q) {
     }
     // All or nothing (man ibv_wr_post: nothing is executed unless ibv_wr_complete succeeds).
     Runtime* rt = runtime_of(q->qp_base.context);
+    app_posted(rt);
     const ibv_send_wr* bad = nullptr;
     rc = rt->engine->post_send(to_qp(&q->qp_base), &b->entries[0].wr, &bad, true);
     if (rc == 0) rt->drive(true);  // send now, as ibv_post_send does

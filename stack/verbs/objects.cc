@@ -18,6 +18,21 @@
 #include "verbs/provider.h"
 
 namespace uroce::verbs {
+/// The application is back (a poll or a post): how long since its last completions?
+void app_back(Runtime* rt, uint64_t now) {
+  if (const uint64_t last = rt->last_completion.load(std::memory_order_relaxed); last != 0) {
+    rt->last_completion.store(0, std::memory_order_relaxed);
+    const uint64_t gap = now - last, avg = rt->app_gap_ns.load(std::memory_order_relaxed);
+    rt->app_gap_ns.store(avg - avg / 8 + gap / 8, std::memory_order_relaxed);
+  }
+}
+
+void app_posted(Runtime* rt) {
+  const uint64_t now = now_ns();
+  rt->last_app_poll.store(now, std::memory_order_relaxed);
+  app_back(rt, now);
+}
+
 struct UPd {
   ibv_pd ibv;
   mem::Pd* pd;
@@ -93,15 +108,6 @@ int resolve_dest(Runtime* rt, const ibv_ah_attr& ah) {
 
 // ---- Context ops (data path) ------------------------------------------------------------
 
-/// The application is back (a poll or a post): how long since its last completions?
-void app_back(Runtime* rt, uint64_t now) {
-  if (const uint64_t last = rt->last_completion.load(std::memory_order_relaxed); last != 0) {
-    rt->last_completion.store(0, std::memory_order_relaxed);
-    const uint64_t gap = now - last, avg = rt->app_gap_ns.load(std::memory_order_relaxed);
-    rt->app_gap_ns.store(avg - avg / 8 + gap / 8, std::memory_order_relaxed);
-  }
-}
-
 /// Learns how soon this application uses the device again (polls or posts) after getting
 /// completions; when it got some and tends to stay away afterwards (it spins on memory, or
 /// sleeps), wakes the progress thread from its nap so that it waits for traffic in the
@@ -147,9 +153,7 @@ int op_req_notify_cq(ibv_cq* cq, int) {
 
 int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   Runtime* rt = runtime_of(qp->context);
-  const uint64_t now = now_ns();
-  rt->last_app_poll.store(now, std::memory_order_relaxed);
-  app_back(rt, now);
+  app_posted(rt);
   const ibv_send_wr* b = nullptr;
   const int rc = rt->engine->post_send(to_qp(qp), wr, &b);  // the WRs and the doorbell
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(b);

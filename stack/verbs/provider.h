@@ -133,6 +133,8 @@ class EngineLock {
     const uint64_t d = check ? rt_->deadline_locked() : 0;
     rt_->emu.unlock();
     if (check) rt_->wake_if_needed(d);
+    // A post whose try-lock failed while this verb held the engine left its work to us.
+    if (rt_->pending.load()) rt_->drive(false);
   }
   EngineLock(const EngineLock&) = delete;
   EngineLock& operator=(const EngineLock&) = delete;
@@ -190,6 +192,10 @@ void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);
 /// ibv_alloc_parent_domain (objects.cc), and whether a PD handle is one.
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+/// The application is using the device (a poll or a post, objects.cc): how long since its
+/// last completions (app_back), and that it is active (app_posted, for posts).
+void app_back(Runtime* rt, uint64_t now);
+void app_posted(Runtime* rt);
 /// ibv_alloc_mw / ibv_dealloc_mw (objects.cc).
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);

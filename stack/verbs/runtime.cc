@@ -272,7 +272,8 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
     CPU_SET(cpu, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
-  const int port_fd = rt->engine_port->wait_fd();
+  // Without the eventfd nobody could wake a long park: nap in slices then.
+  const int port_fd = rt->wake_fd >= 0 ? rt->engine_port->wait_fd() : -1;
   uint32_t idle = 0;
   uint64_t last_work = now_ns();
   uint64_t app_nap = kAppAwayNs;  // doubles while the application stays active
@@ -285,8 +286,11 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
     const uint64_t now = now_ns();
     // The application handed over (it got its completions and waits elsewhere): it is away
     // until it posts or polls again.
-    const uint64_t last_app = rt->last_app_poll.load(std::memory_order_relaxed);
-    if (rt->handoff.exchange(false)) handed_at = last_app;
+    // The exchange first: a hand-over that lands between the two then still names the
+    // poll that made it.
+    const bool handed = rt->handoff.exchange(false);
+    const uint64_t last_app = rt->last_app_poll.load();
+    if (handed) handed_at = last_app;
     const bool away = last_app == handed_at;
     const bool app_active = now - last_app < kAppActiveNs && !away;
     if (work != 0) last_work = now;
