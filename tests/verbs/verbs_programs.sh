@@ -23,6 +23,9 @@ ip link set "${tag}va" netns "$nsA"; ip link set "${tag}vb" netns "$nsB"
 for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
 ip -n "$nsA" link set "${tag}va" up; ip -n "$nsB" link set "${tag}vb" up
 ip -n "$nsA" addr add 10.95.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.95.0.2/24 dev "${tag}vb"
+# A global IPv6 address too (GID index 2; nodad: usable at once), in these namespaces only.
+ip -n "$nsA" addr add fd00:95::1/64 dev "${tag}va" nodad
+ip -n "$nsB" addr add fd00:95::2/64 dev "${tag}vb" nodad
 
 . "$(dirname "$0")/../../tools/lib/netns.sh"  # wait_listen NS: the server in NS is listening
 
@@ -64,11 +67,13 @@ run_pair "ibv_rc_pingpong -N (ibv_wr_* API)" ibv_rc_pingpong -d uroce0 -g 1 -n 1
 run_pair ibv_uc_pingpong ibv_uc_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_ud_pingpong ibv_ud_pingpong -d uroce0 -g 1 -n 100 --
 run_pair ibv_srq_pingpong ibv_srq_pingpong -d uroce0 -g 1 -n 100 --
-# GID index 0, the fe80:: link-local GID (neighbour discovery asks from the link-local address;
-# the interfaces have no other IPv6 address).
+# Every GID: index 0, the fe80:: link-local GID (neighbour discovery asks from the link-local
+# address), and index 2, the interfaces' global IPv6 address (RoCEv2 over IPv6).
 run_pair "ibv_rc_pingpong -g 0 (link-local)" ibv_rc_pingpong -d uroce0 -g 0 -n 100 --
 run_pair "ibv_ud_pingpong -g 0 (link-local)" ibv_ud_pingpong -d uroce0 -g 0 -n 50 --
 run_pair "ib_write_bw -x 0 (link-local)" ib_write_bw -d uroce0 -x 0 -s 65536 -n 200 --
+run_pair "ibv_rc_pingpong -g 2 (global IPv6)" ibv_rc_pingpong -d uroce0 -g 2 -n 100 --
+run_pair "ib_write_bw -x 2 (global IPv6)" ib_write_bw -d uroce0 -x 2 -s 65536 -n 200 --
 run_pair "ib_write_bw 64 KiB" ib_write_bw -d uroce0 -x 1 -s 65536 -n 200 --
 run_pair "ib_write_bw -a (2 B .. 8 MiB)" ib_write_bw -d uroce0 -x 1 -a -n 20 --
 run_pair "ib_send_bw 4 KiB" ib_send_bw -d uroce0 -x 1 -s 4096 -n 200 --
