@@ -29,12 +29,6 @@ T* not_supported() {
   return nullptr;
 }
 
-// Memory windows (ibv_alloc_mw(3), ibv_bind_mw(3)): verbs.h's inlines call these ops.
-ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
-  return alloc_mw(pd, type);
-}
-int op_dealloc_mw(ibv_mw* mw) { return dealloc_mw(mw); }
-
 // ibv_bind_mw (type 1; verbs.h has checked the type, the MR's PD and an MR-less range): a
 // bind work request on the QP's send queue. The window's new R_Key (its low 8 bits stepped,
 // ibv_inc_rkey) is in mw->rkey when this returns, as with rdma-core's providers; if the bind
@@ -86,9 +80,10 @@ namespace uroce::verbs {
 void install_ops(Context* ctx) {
   ibv_context_ops& o = ctx->vctx.context.ops;
   install_data_ops(&o);
-  o.alloc_mw = op_alloc_mw;
+  // Memory windows (ibv_alloc_mw(3), ibv_bind_mw(3)): verbs.h's inlines call these ops.
+  o.alloc_mw = alloc_mw;
   o.bind_mw = op_bind_mw;
-  o.dealloc_mw = op_dealloc_mw;
+  o.dealloc_mw = dealloc_mw;
   ctx->vctx.query_port = op_query_port;
   ctx->vctx.query_device_ex = op_query_device_ex;
   ctx->vctx.alloc_parent_domain = alloc_parent_domain;

@@ -51,6 +51,26 @@ class GuardedRegion {
   size_t page_ = 0, len_ = 0;
 };
 
+/// A (the attacker) WRITEs the 64 bytes of `s` with each of `keys`, 128 at a time (its send
+/// queue holds 256), to `va` + 64 * (i % 64), and lets everything arrive.
+void write_with_keys(Pair& p, Qp* qa, const ibv_sge& s, uint64_t va,
+                     const std::vector<uint32_t>& keys) {
+  for (size_t i = 0; i < keys.size(); i += 128) {
+    std::vector<ibv_send_wr> wrs(std::min<size_t>(128, keys.size() - i));
+    for (size_t j = 0; j < wrs.size(); ++j) {
+      wrs[j] = {};
+      wrs[j].sg_list = const_cast<ibv_sge*>(&s);
+      wrs[j].num_sge = 1;
+      wrs[j].opcode = IBV_WR_RDMA_WRITE;
+      wrs[j].wr.rdma = {va + 64 * (j % 64), keys[i + j]};
+      wrs[j].next = j + 1 < wrs.size() ? &wrs[j + 1] : nullptr;
+    }
+    ASSERT_EQ(p.a.engine->post_send(qa, wrs.data(), nullptr), 0);
+    ASSERT_TRUE(p.run_until([&] { return p.link.in_flight() == 0 && !p.a.engine->has_tx_work(); }));
+  }
+  p.run_until([] { return false; }, 1'000'000);
+}
+
 ExtHeaders reth_at(uint64_t va, uint32_t rkey, uint32_t len) {
   ExtHeaders x;
   x.reth = {va, rkey, len};
@@ -102,33 +122,12 @@ TEST(HostileKeys, GuessedRkeysNeverWriteAndEachGuessIsCounted) {
   std::vector<uint32_t> list(guesses.begin(), guesses.end());
   ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, smr->key};
   const uint64_t drops0 = p.b.engine->counters()[Counter::rx_drop_uc_msg];
-  for (size_t i = 0; i < list.size(); i += 128) {
-    std::vector<ibv_send_wr> wrs(std::min<size_t>(128, list.size() - i));
-    for (size_t j = 0; j < wrs.size(); ++j) {
-      wrs[j] = {};
-      wrs[j].sg_list = &s;
-      wrs[j].num_sge = 1;
-      wrs[j].opcode = IBV_WR_RDMA_WRITE;
-      wrs[j].wr.rdma.remote_addr = victim.va() + 64 * (j % 64);
-      wrs[j].wr.rdma.rkey = list[i + j];
-      wrs[j].next = j + 1 < wrs.size() ? &wrs[j + 1] : nullptr;
-    }
-    ASSERT_EQ(p.a.engine->post_send(qa, wrs.data(), nullptr), 0);
-    ASSERT_TRUE(p.run_until([&] { return p.link.in_flight() == 0 && !p.a.engine->has_tx_work(); }));
-  }
-  p.run_until([] { return false; }, 1'000'000);
+  write_with_keys(p, qa, s, victim.va(), list);
   EXPECT_EQ(victim.count(0), victim.size()) << "a guessed key wrote into the MR";
   EXPECT_EQ(p.b.engine->counters()[Counter::rx_drop_uc_msg] - drops0, list.size());
   EXPECT_EQ(qb->state, IBV_QPS_RTS);
   // The real key still works: the attack broke nothing.
-  ibv_send_wr w{};
-  w.sg_list = &s;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_WRITE;
-  w.wr.rdma.remote_addr = victim.va();
-  w.wr.rdma.rkey = real;
-  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
-  p.run_until([] { return false; }, 1'000'000);
+  write_with_keys(p, qa, s, victim.va(), {real});
   EXPECT_EQ(victim.count(0xEE), 64u);
 }
 
@@ -179,29 +178,11 @@ TEST(HostileKeys, WindowKeysOfOldBindingsAndOtherQpsNeverWrite) {
   mem::Mr* smr = p.a.reg(src, IBV_ACCESS_LOCAL_WRITE);
   ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, smr->key};
   const uint64_t drops0 = p.b.engine->counters()[Counter::rx_drop_uc_msg];
-  for (size_t i = 0; i < list.size(); i += 128) {  // the send queue holds 256
-    std::vector<ibv_send_wr> wrs(std::min<size_t>(128, list.size() - i));
-    for (size_t j = 0; j < wrs.size(); ++j) {
-      wrs[j] = {};
-      wrs[j].sg_list = &s;
-      wrs[j].num_sge = 1;
-      wrs[j].opcode = IBV_WR_RDMA_WRITE;
-      wrs[j].wr.rdma = {victim.va() + 64 * (j % 64), list[i + j]};
-      wrs[j].next = j + 1 < wrs.size() ? &wrs[j + 1] : nullptr;
-    }
-    ASSERT_EQ(p.a.engine->post_send(qa, wrs.data(), nullptr), 0);
-    p.run_until([] { return false; }, 1'000'000);
-  }
+  write_with_keys(p, qa, s, victim.va(), list);
   EXPECT_EQ(victim.count(0), victim.size()) << "an old or foreign window key wrote";
   EXPECT_EQ(p.b.engine->counters()[Counter::rx_drop_uc_msg] - drops0, list.size());
   // The current key, from the right QP, still works.
-  ibv_send_wr ok{};
-  ok.sg_list = &s;
-  ok.num_sge = 1;
-  ok.opcode = IBV_WR_RDMA_WRITE;
-  ok.wr.rdma = {victim.va(), key};
-  ASSERT_EQ(p.a.engine->post_send(qa, &ok, nullptr), 0);
-  p.run_until([] { return false; }, 1'000'000);
+  write_with_keys(p, qa, s, victim.va(), {key});
   EXPECT_EQ(victim.count(0xEE), 64u);
   (void)qc;
 }
