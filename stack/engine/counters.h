@@ -18,7 +18,11 @@ namespace uroce {
   X(rx_drop_malformed, "RoCEv2 frames dropped by the parser (see rx_parse_* counters)") \
   X(rx_drop_wrong_dst, "frames not addressed to this device's MAC or IP")               \
   X(rx_drop_unknown_qpn, "destination QP does not exist")                               \
-  X(rx_drop_gsi, "packets for QP1 (management datagrams are not supported)")            \
+  X(rx_drop_gsi, "packets for QP1 while no connection manager runs (no librdmacm)")     \
+  X(rx_drop_gsi_bad, "packets for QP1 that are not a UD SEND with the GSI Q_Key")       \
+  X(rx_drop_gsi_full, "CM MADs dropped: the connection manager's queue was full")        \
+  X(rx_gsi, "CM MADs received on QP1")                                                  \
+  X(tx_gsi, "CM MADs sent from QP1")                                                    \
   X(rx_drop_qp_type, "opcode's transport does not match the QP type")                   \
   X(rx_drop_qp_state, "QP is not in a state that accepts this packet")                  \
   X(rx_drop_bad_pkey, "P_Key does not match the QP's partition")                        \

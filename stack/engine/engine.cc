@@ -40,7 +40,8 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
       mrs_(cfg.max_mr, cfg.key_seed),
       active_(cfg.max_qp),
       events_(4096),
-      loopback_(4096) {
+      loopback_(4096),
+      gsi_rx_(kGsiQueue) {
   gids_.push_back(link_local_gid(mac_));
   if (cfg_.ipv4) gids_.push_back(ipv4_mapped_gid(*cfg_.ipv4));
   if (cfg_.ipv6) gids_.push_back(*cfg_.ipv6);
@@ -331,7 +332,7 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
   }
   const uint32_t qpn = h.bth.dest_qp;
   if (qpn == 1) {
-    counters_.inc(Counter::rx_drop_gsi);
+    gsi_receive(p);
     return false;
   }
   Qp* qp = qp_by_num(qpn);
@@ -381,6 +382,84 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
   }
   *out = qp;
   return true;
+}
+
+void Engine::gsi_receive(const ParsedPacket& p) {
+  const RoceHeaders& h = p.hdr;
+  if (!gsi_open_) {
+    counters_.inc(Counter::rx_drop_gsi);
+    return;
+  }
+  // QP1 takes UD SENDs with the GSI Q_Key in the default partition, up to one MAD long.
+  if (h.bth.opcode != opcode::kUdSendOnly || h.ext.deth.qkey != kGsiQkey ||
+      (h.bth.pkey & 0x7FFF) != 0x7FFF || p.payload.size() > GsiMad::kMaxLen ||
+      p.payload.empty()) {
+    counters_.inc(Counter::rx_drop_gsi_bad);
+    return;
+  }
+  if (gsi_rx_.full()) {
+    counters_.inc(Counter::rx_drop_gsi_full);
+    return;
+  }
+  GsiMad& m = gsi_rx_.next_slot();
+  m.ipv6 = h.ipv6;
+  m.sgid = h.ipv6 ? h.ip6.src : ipv4_mapped_gid(h.ip4.src);
+  m.dgid = h.ipv6 ? h.ip6.dst : ipv4_mapped_gid(h.ip4.dst);
+  m.smac = h.eth.src;
+  m.src_qp = h.ext.deth.src_qp;
+  m.pkey = h.bth.pkey;
+  m.traffic_class = h.ipv6 ? h.ip6.traffic_class
+                           : static_cast<uint8_t>(h.ip4.dscp << 2 | h.ip4.ecn);
+  m.hop_limit = h.ipv6 ? h.ip6.hop_limit : h.ip4.ttl;
+  m.flow_label = h.ipv6 ? h.ip6.flow_label : 0;
+  m.len = static_cast<uint16_t>(p.payload.size());
+  std::copy(p.payload.begin(), p.payload.end(), m.data.begin());
+  gsi_rx_.commit();
+  counters_.inc(Counter::rx_gsi);
+}
+
+bool Engine::pop_mad(GsiMad* out) {
+  if (gsi_rx_.empty()) return false;
+  *out = gsi_rx_.front();
+  gsi_rx_.pop();
+  return true;
+}
+
+int Engine::gid_index(const Gid& gid) const {
+  for (size_t i = 0; i < gids_.size(); ++i)
+    if (gids_[i] == gid) return static_cast<int>(i);
+  return -1;
+}
+
+bool Engine::path_between(const Gid& sgid, const Gid& dgid, Path* out) const {
+  const int idx = gid_index(sgid);
+  if (idx < 0) return false;
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  std::memcpy(ah.grh.dgid.raw, dgid.data(), 16);
+  ah.grh.sgid_index = static_cast<uint8_t>(idx);
+  ah.grh.hop_limit = 64;
+  return resolve_path(ah, out);
+}
+
+int Engine::send_mad(const Path& path, uint32_t dest_qpn, uint32_t qkey, uint16_t pkey,
+                     const uint8_t* mad, size_t len) {
+  if (len == 0 || len > GsiMad::kMaxLen) return EINVAL;
+  RoceHeaders h = headers_for(path, 1, dest_qpn);
+  h.bth.opcode = opcode::kUdSendOnly;
+  h.bth.pkey = pkey;
+  h.bth.psn = gsi_psn_;
+  gsi_psn_ = (gsi_psn_ + 1) & 0xFFFFFF;
+  h.ext.deth = {qkey, 0, 1};
+  FrameLayout lay;
+  Frame* f = build_packet(h, len, &lay);
+  if (f == nullptr) return ENOBUFS;
+  std::memcpy(f->data + lay.payload_off, mad, len);
+  send_built(f, lay);
+  flush_tx();  // sent by a control call as often as by poll(): out now
+  counters_.inc(Counter::tx_gsi);
+  return 0;
 }
 
 void Engine::fire_timer(Timer& t) {

@@ -72,6 +72,23 @@ struct EngineConfig {
   uint32_t qpn_span = 0x10000;
 };
 
+/// A management datagram that arrived on QP1 (the connection manager's MADs), with the
+/// addresses it came from and went to.
+struct GsiMad {
+  static constexpr size_t kMaxLen = 256;
+  wire::Gid sgid{};
+  wire::Gid dgid{};
+  wire::MacAddr smac{};
+  bool ipv6 = false;
+  uint32_t src_qp = 0;
+  uint16_t pkey = 0;
+  uint8_t traffic_class = 0;
+  uint8_t hop_limit = 0;
+  uint32_t flow_label = 0;
+  uint16_t len = 0;
+  std::array<uint8_t, kMaxLen> data{};
+};
+
 struct AsyncEvent {
   ibv_event_type type;
   Qp* qp = nullptr;
@@ -177,6 +194,27 @@ class Engine {
   }
 
   bool pop_async_event(AsyncEvent* ev);
+
+  // ---- QP1, the general services QP (the connection manager) -------------------------------
+  static constexpr uint32_t kGsiQkey = 0x80010000;
+  static constexpr size_t kGsiQueue = 256;
+  /// With QP1 open, UD SENDs to QP1 that carry the GSI Q_Key are queued (up to kGsiQueue; more
+  /// are dropped and counted) for pop_mad(); closed, they are dropped and counted.
+  void set_gsi_open(bool open) { gsi_open_ = open; }
+  bool pop_mad(GsiMad* out);
+  /// The path from our GID `sgid` to `dgid` (the neighbour must be resolved; our own address
+  /// loops back). False if `sgid` is not ours, the families differ, or the MAC is unknown.
+  bool path_between(const wire::Gid& sgid, const wire::Gid& dgid, Path* out) const;
+  /// Sends `len` bytes as a UD SEND from QP1 to `dest_qpn` along `path`, with `qkey` (the
+  /// frame goes out at the next poll()). 0, or EINVAL (too long), ENOBUFS (no frame).
+  int send_mad(const Path& path, uint32_t dest_qpn, uint32_t qkey, uint16_t pkey,
+               const uint8_t* mad, size_t len);
+  /// Learns `ip` at `mac` (the source of a MAD we answer), unless a static entry says otherwise.
+  void learn_peer(const wire::Gid& ip, const wire::MacAddr& mac) { learn_neighbor(ip, mac, true); }
+  uint64_t node_guid() const { return cfg_.node_guid; }
+  /// Our GID table index of `gid`, or -1.
+  int gid_index(const wire::Gid& gid) const;
+  uint64_t now() const { return now_; }
   const Counters& counters() const { return counters_; }
 
  private:
@@ -186,6 +224,7 @@ class Engine {
   void answer_doorbells();
   void receive(Frame* f);
   bool validate(const wire::ParsedPacket& p, Qp** out);
+  void gsi_receive(const wire::ParsedPacket& p);
   void fire_timer(Timer& t);
   void schedule(Qp* qp);
   void run_tx();
@@ -303,6 +342,9 @@ class Engine {
   std::vector<Frame*> tx_batch_;
   Ring<Frame*> loopback_;
   Counters counters_;
+  bool gsi_open_ = false;
+  Ring<GsiMad> gsi_rx_;
+  uint32_t gsi_psn_ = 0;
 
   // Doorbells rung by posting threads: QPs waiting to be scheduled (each at most once, while
   // its `doorbell` flag is set). Both vectors are reserved for max_qp entries at start.

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cm/cm.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/stats_shm.h"
@@ -66,6 +67,7 @@ struct Runtime {
   std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
   std::unique_ptr<Port> fault;  // FaultInjector on top when the config asks for it
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<cm::ConnectionManager> cm;  // made by librdmacm's first use (under emu)
   std::mutex emu;
   std::atomic<bool> pending{false};  // new work was posted: the next engine pass must run
   std::thread progress;

@@ -341,6 +341,7 @@ void teardown(Runtime* rt) {
   if (rt->link_fd >= 0) close(rt->link_fd);
   if (rt->wake_fd >= 0) close(rt->wake_fd);
   close_stats(rt);
+  rt->cm.reset();
   rt->engine.reset();
   rt->fault.reset();
   rt->trace.reset();
@@ -514,6 +515,7 @@ uint64_t Runtime::deadline_locked() const {
   // next_deadline() walks the timer wheel: asked only when the progress thread parks or is
   // parked, never on every pass.
   uint64_t d = engine->next_deadline();
+  if (cm) d = std::min(d, cm->next_deadline());
   if (link_fd >= 0) d = std::min(d, link_next);
   if (stats != nullptr) d = std::min(d, stats_next);
   return d;
@@ -545,7 +547,8 @@ void Runtime::watch_link(uint64_t now, bool initial) {
 size_t Runtime::pass_locked() {
   const uint64_t now = now_ns();
   watch_link(now);
-  const size_t work = engine->poll(now);
+  size_t work = engine->poll(now);
+  if (cm) work += cm->poll();
   deliver_cq_events(this);
   deliver_async_locked();
   publish_stats(this, now);

@@ -3,6 +3,8 @@
 // Parsing never throws and never crashes: it returns one of these. The first group
 // (kNotIp .. kNotRoce) means "valid, just not RoCEv2" and tools show such frames briefly;
 // everything from kTruncated on is a malformed packet that the engine drops and counts.
+// kBadMad and kUnknownCmAttribute are about the MAD inside a QP1 datagram (wire/cm.h), not
+// about the frame.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,9 @@ namespace uroce::wire {
   X(kUnknownOpcode, "unknown_opcode", "BTH opcode is not a known RC/UC/UD/CNP opcode") \
   X(kBadPad, "bad_pad", "pad count is not allowed for this opcode or exceeds payload") \
   X(kBadPayloadLen, "bad_payload_len", "payload length is not allowed for this opcode") \
-  X(kBadIcrc, "bad_icrc", "invariant CRC does not match")
+  X(kBadIcrc, "bad_icrc", "invariant CRC does not match")                              \
+  X(kBadMad, "bad_mad", "MAD base version or management class is not the CM's (1, 0x07)") \
+  X(kUnknownCmAttribute, "unknown_cm_attr", "MAD attribute ID is not a CM message decoded here")
 
 enum class ParseError : uint8_t {
 #define UROCE_X(id, name, text) id,
