@@ -249,7 +249,8 @@ int ConnectionManager::resolve_addr(uint64_t handle, const Endpoint& src, const 
   id->dst = dst;
   id->bound = true;
   id->have_path = false;
-  engine_.resolve(dst.ip, nullptr);
+  wire::MacAddr mac;
+  engine_.resolve(dst.ip, &mac);
   set_state(*id, State::kAddrQuery);
   ++waiting_;
   arm(*id, engine_.now() + static_cast<uint64_t>(std::max(timeout_ms, 1)) * 1'000'000);

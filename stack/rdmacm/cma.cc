@@ -39,6 +39,7 @@ struct IdPriv {
   ibv_qp_init_attr qp_init{};  // rdma_create_ep on a passive id: QPs for its requests
   bool has_qp_init = false;
   bool own_pd = false;
+  bool own_cqs = false;
 };
 
 struct EventPriv {
@@ -318,6 +319,26 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (attr->pd->context != id->verbs) return fail(EINVAL);
   if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
   if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
+  // No CQs given: the id gets its own, each with a completion channel, as librdmacm makes
+  // them (rdma_verbs.h's rdma_get_send_comp / rdma_get_recv_comp wait on those).
+  if (attr->send_cq == nullptr) {
+    id->send_cq_channel = ibv_create_comp_channel(id->verbs);
+    if (id->send_cq_channel == nullptr) return -1;
+    id->send_cq = ibv_create_cq(id->verbs, static_cast<int>(std::max(attr->cap.max_send_wr, 1u)),
+                                id, id->send_cq_channel, 0);
+    if (id->send_cq == nullptr) return -1;
+    attr->send_cq = id->send_cq;
+    p->own_cqs = true;
+  }
+  if (attr->recv_cq == nullptr && attr->srq == nullptr) {
+    id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
+    if (id->recv_cq_channel == nullptr) return -1;
+    id->recv_cq = ibv_create_cq(id->verbs, static_cast<int>(std::max(attr->cap.max_recv_wr, 1u)),
+                                id, id->recv_cq_channel, 0);
+    if (id->recv_cq == nullptr) return -1;
+    attr->recv_cq = id->recv_cq;
+    p->own_cqs = true;
+  }
   if (attr->srq == nullptr) attr->srq = id->srq;
   attr->qp_type = attr->qp_type == 0 ? id->qp_type : attr->qp_type;
   ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
@@ -350,6 +371,16 @@ void rdma_destroy_qp(rdma_cm_id* id) {
   if (id == nullptr || id->qp == nullptr) return;
   ibv_destroy_qp(id->qp);
   id->qp = nullptr;
+  IdPriv* p = priv(id);
+  if (p->own_cqs) {
+    if (id->send_cq != nullptr) ibv_destroy_cq(id->send_cq);
+    if (id->recv_cq != nullptr && id->recv_cq != id->send_cq) ibv_destroy_cq(id->recv_cq);
+    if (id->send_cq_channel != nullptr) ibv_destroy_comp_channel(id->send_cq_channel);
+    if (id->recv_cq_channel != nullptr) ibv_destroy_comp_channel(id->recv_cq_channel);
+    id->send_cq = id->recv_cq = nullptr;
+    id->send_cq_channel = id->recv_cq_channel = nullptr;
+    p->own_cqs = false;
+  }
 }
 
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {

@@ -461,6 +461,8 @@ int uroce_cm_resolve_route(uint64_t h) {
 int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
   IdRec rec;
   if (!lookup(h, &rec) || rec.port_fd < 0) return EINVAL;
+  // The reservation listens too (TCP port spaces), so that `ss -ltn` shows who has the port.
+  if (rec.ps != wire::kRdmaPsUdp) listen(rec.port_fd, 1);
   cm::Endpoint ep;
   to_endpoint(reinterpret_cast<const sockaddr*>(&rec.bound), &ep);
   if (rec.devs.empty()) {

@@ -235,6 +235,59 @@ TEST(DissectCli, SnappedCaptureIsParsedAsFarAsPossible) {
       << lines[3];
 }
 
+TEST(DissectCli, CmMadsInJsonAndExplain) {
+  test::TempDir tmp;
+  const std::string path = tmp.path("cm.pcap");
+  const auto req = test::qp1_frame(test::cm_req_mad(), 100);
+  const auto rej = test::qp1_frame(test::cm_rej_mad(), 101);
+  test::write_pcap(path, 1,
+                   {{req, static_cast<uint32_t>(req.size()), 1'000'000},
+                    {rej, static_cast<uint32_t>(rej.size()), 1'250'000}});
+
+  const auto j = run_tool({"--json", path});
+  EXPECT_EQ(j.status, 0) << j.err;
+  const auto lines = split_lines(j.out);
+  ASSERT_EQ(lines.size(), 3u);
+  for (const auto& l : lines) EXPECT_TRUE(test::JsonCheck::valid(l)) << l;
+  for (const char* expected : {
+           R"("cm":{"message":"REQ","attr_id":16,"tid":42949672961,"method":3,)",
+           R"("local_comm_id":2591767553,"service_id":17177903,"port_space":"TCP","port":7471,)",
+           R"("local_qpn":17,"starting_psn":3820380,"responder_resources":1,"initiator_depth":1,)",
+           R"("retry_count":7,"rnr_retry_count":7,"max_cm_retries":15,"pkey":65535,"path_mtu":3,)",
+           R"("local_gid":"::ffff:10.77.0.12","remote_gid":"::ffff:10.77.0.11",)",
+           R"("cma":{"ip_version":4,"src":"10.77.0.12","src_port":46870,"dst":"10.77.0.11",)"
+           R"("dst_port":7471})",
+       }) {
+    EXPECT_NE(lines[0].find(expected), std::string::npos) << "missing: " << expected;
+  }
+  EXPECT_NE(lines[1].find(R"("cm":{"message":"REJ","attr_id":18,)"), std::string::npos);
+  EXPECT_NE(lines[1].find(R"("local_comm_id":0,"remote_comm_id":2591767553,"msg_rejected":"REQ",)"
+                          R"("reason":28,"reason_name":"consumer reject")"),
+            std::string::npos)
+      << lines[1];
+
+  const auto e = run_tool({"--explain", path});
+  EXPECT_EQ(e.status, 0) << e.err;
+  for (const char* expected : {
+           "DETH.Q_Key          0x80010000         — queue key: 0x80010000 is the well-known "
+           "Q_Key of QP1",
+           "MAD.AttributeID     0x0010 REQ         — CM REQ: connection request",
+           "CM.ServiceID        0x0000000001061d2f — service ID of rdma_cm: port space TCP "
+           "(0x0106), port 7471",
+           "CM.LocalQPN         0x000011           — the QP the sender will use",
+           "CM.StartingPSN      3820380 ",
+           "CM.RespResources    1 ",
+           "CM.PathMTU          3 (1024 bytes) ",
+           "CMA.Src             10.77.0.12:46870 ",
+           "CMA.Dst             10.77.0.11:7471 ",
+           "MAD.AttributeID     0x0012 REJ ",
+           "CM.RemoteCommID     0x9a7b3c01 ",
+           "CM.Reason           28 consumer reject — the application refused the connection",
+       }) {
+    EXPECT_NE(e.out.find(expected), std::string::npos) << "missing: " << expected;
+  }
+}
+
 TEST(DissectCli, UsageErrorsExitTwoAndHelpExitsZero) {
   const auto none = run_tool({});
   EXPECT_EQ(none.status, 2);

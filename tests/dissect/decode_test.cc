@@ -182,6 +182,78 @@ TEST(DissectDecode, MalformedPadCountIsNamed) {
   EXPECT_NE(line.find("BTH RC_SEND_FIRST qp=0x000011"), std::string::npos) << line;
 }
 
+TEST(DissectDecode, CmMadsOnQp1AreNamedWithTheirFields) {
+  // The REQ's bytes are hand-written in test_util.h from IBA table 106.
+  const auto req_bytes = test::qp1_frame(test::cm_req_mad(), 100);
+  const Frame req = decode_frame(1, 0, req_bytes, static_cast<uint32_t>(req_bytes.size()));
+  ASSERT_EQ(req.kind, FrameKind::kRoce);
+  ASSERT_TRUE(req.icrc_ok());
+  EXPECT_TRUE(is_qp1_datagram(req));
+  const auto m = cm_message(req);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->attr_id(), wire::cm_attr::kReq);
+  EXPECT_EQ(m->hdr.tid, 0x0000000a00000001u);
+  const auto cma = cma_header(*m);
+  ASSERT_TRUE(cma.has_value());
+  EXPECT_EQ(cma->src_port, 46870);
+  EXPECT_EQ(format_summary(req, false),
+            "10.77.0.12 → 10.77.0.11  UD_SEND_ONLY qp=0x000001 psn=100 DETH qkey=0x80010000 "
+            "src-qp=0x000001 payload=256 CM REQ comm=0x9a7b3c01 sid=TCP:7471 qpn=0x000011 "
+            "psn=3820380 rr=1 id=1 mtu=1024 retry=7 rnr=7 pkey=0xffff "
+            "ip=10.77.0.12:46870→10.77.0.11:7471  ICRC ok");
+
+  const auto rej_bytes = test::qp1_frame(test::cm_rej_mad(), 101);
+  const Frame rej = decode_frame(2, 0, rej_bytes, static_cast<uint32_t>(rej_bytes.size()));
+  EXPECT_NE(format_line(rej).find("payload=256 CM REJ comm=0x00000000 remote=0x9a7b3c01 "
+                                  "reason=28 (consumer reject) rejects=REQ  ICRC ok"),
+            std::string::npos)
+      << format_line(rej);
+}
+
+TEST(DissectDecode, Qp1PayloadsThatAreNotCmMessages) {
+  // A subnet administration MAD (class 0x03, Get PathRecord) on QP1.
+  std::vector<uint8_t> sa = test::from_hex("01 03 02 01 0000 0000 0000000000000001 0035 0000 "
+                                           "00000000");
+  sa.resize(256, 0);
+  auto bytes = test::qp1_frame(sa, 1);
+  Frame f = decode_frame(1, 0, bytes, static_cast<uint32_t>(bytes.size()));
+  EXPECT_FALSE(cm_message(f).has_value());
+  EXPECT_NE(format_line(f).find("payload=256 MAD class=0x03 method=0x01 attr=0x0035  ICRC ok"),
+            std::string::npos)
+      << format_line(f);
+  // A CM LAP: known to be CM, not decoded.
+  std::vector<uint8_t> lap = test::cm_rej_mad();
+  lap[17] = 0x19;
+  bytes = test::qp1_frame(lap, 2);
+  f = decode_frame(1, 0, bytes, static_cast<uint32_t>(bytes.size()));
+  EXPECT_NE(format_line(f).find("payload=256 CM LAP (not a message this tool decodes)  ICRC ok"),
+            std::string::npos)
+      << format_line(f);
+  // A REQ snapped after 100 bytes of its MAD: named, not decoded.
+  bytes = test::qp1_frame(test::cm_req_mad(), 3);
+  const auto orig = static_cast<uint32_t>(bytes.size());
+  bytes.resize(14 + 20 + 8 + 12 + 8 + 100);
+  f = decode_frame(1, 0, bytes, orig);
+  ASSERT_EQ(f.kind, FrameKind::kRoce);
+  EXPECT_FALSE(cm_message(f).has_value());
+  EXPECT_NE(format_line(f).find("payload=256 CM REQ (payload not captured)  ICRC not captured"),
+            std::string::npos)
+      << format_line(f);
+  // The same REQ bytes sent to another QP are just a datagram.
+  bytes = test::qp1_frame(test::cm_req_mad(), 4, 0x11);
+  f = decode_frame(1, 0, bytes, static_cast<uint32_t>(bytes.size()));
+  EXPECT_FALSE(is_qp1_datagram(f));
+  EXPECT_FALSE(cm_message(f).has_value());
+  EXPECT_EQ(format_line(f).find("CM "), std::string::npos) << format_line(f);
+}
+
+TEST(DissectDecode, ServiceIdStrings) {
+  EXPECT_EQ(service_id_string(0x0000000001061d2f), "TCP:7471");
+  EXPECT_EQ(service_id_string(0x0000000001111388), "UDP:5000");
+  EXPECT_EQ(service_id_string(0x00000000013f0001), "IB:1");
+  EXPECT_EQ(service_id_string(0x1000000000000001), "0x1000000000000001");
+}
+
 TEST(DissectJson, QuoteEscapesWhatJsonRequires) {
   std::string out;
   json_quote(out, "a\"b\\c\nd\x01 → e");

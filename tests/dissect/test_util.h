@@ -138,6 +138,75 @@ inline std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
+/// "01 07 ..." -> bytes; whitespace is skipped (the strings are the tests' own).
+inline std::vector<uint8_t> from_hex(const std::string& s) {
+  std::vector<uint8_t> out;
+  std::string digits;
+  for (char c : s)
+    if (c != ' ' && c != '\n') digits += c;
+  for (size_t i = 0; i + 1 < digits.size(); i += 2)
+    out.push_back(static_cast<uint8_t>(std::stoul(digits.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+/// An rdma_cm REQ as a Linux host sends it over RoCEv2 (IBA table 106 offsets, MAD bytes
+/// 24 + offset): rping-style connect from 10.77.0.12 port 46870 to 10.77.0.11 port 7471,
+/// QP 0x11, starting PSN 0x3a4b5c (3820380).
+inline std::vector<uint8_t> cm_req_mad() {
+  std::vector<uint8_t> m = from_hex(
+      "01 07 02 03 0000 0000 0000000a00000001 0010 0000 00000000"  // MAD header: CM Send REQ
+      "9a7b3c01 00000000"                                          //   0 local comm ID
+      "00000000 01061d2f"                                          //   8 service ID TCP:7471
+      "505400ff fe770012 00000000"                                 //  16 CA GUID, reserved
+      "00000000"                                                   //  28 Q_Key
+      "000011 01 000000 01"                                        //  32 QPN 0x11 RR 1, EECN ID 1
+      "000000 a1"                                                  //  40 10100 00 1
+      "3a4b5c a7"                                                  //  44 PSN; 10100 111
+      "ffff 37 f0"                                                 //  48 P_Key; MTU 3 RNR 7; 15
+      "ffff ffff"                                                  //  52 LIDs
+      "00000000 00000000 0000ffff 0a4d000c"                        //  56 local GID
+      "00000000 00000000 0000ffff 0a4d000b"                        //  72 remote GID
+      "00000003 00 40 00 90");                                     //  88 rate 3; hop 64; ACK 18
+  m.resize(24 + 140, 0);                                           //  96 no alternate path
+  const auto cma = from_hex("00 40 b716"                           // 140 cma_hdr: IPv4, 46870
+                            "00000000 00000000 00000000 0a4d000c"
+                            "00000000 00000000 00000000 0a4d000b");
+  m.insert(m.end(), cma.begin(), cma.end());
+  m.resize(256, 0);
+  return m;
+}
+
+/// The passive side's REJ of that REQ: reason 28, consumer reject (IBA table 108).
+inline std::vector<uint8_t> cm_rej_mad() {
+  std::vector<uint8_t> m = from_hex(
+      "01 07 02 03 0000 0000 0000000b00000007 0012 0000 00000000"
+      "00000000 9a7b3c01 00 00 001c");
+  m.resize(256, 0);
+  return m;
+}
+
+/// A UD SEND_ONLY from QP1 to `dest_qp` (Q_Key 0x80010000), 10.77.0.12 -> 10.77.0.11,
+/// carrying `mad`.
+inline std::vector<uint8_t> qp1_frame(const std::vector<uint8_t>& mad, uint32_t psn,
+                                      uint32_t dest_qp = 1) {
+  wire::RoceHeaders h;
+  h.eth.src = {0x52, 0x54, 0x00, 0x77, 0x00, 0x12};
+  h.eth.dst = {0x52, 0x54, 0x00, 0x77, 0x00, 0x11};
+  h.ip4.src = {10, 77, 0, 12};
+  h.ip4.dst = {10, 77, 0, 11};
+  h.ip4.ttl = 64;
+  h.ip4.dont_frag = true;
+  h.udp.src_port = 0xd5a1;
+  h.bth.opcode = wire::opcode::kUdSendOnly;
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qp = dest_qp;
+  h.bth.psn = psn;
+  h.ext.deth = {0x80010000, 0, 1};
+  std::vector<uint8_t> frame(1500);
+  frame.resize(wire::build_frame(h, mad, frame));
+  return frame;
+}
+
 /// A scratch directory, removed when the object goes away.
 class TempDir {
  public:

@@ -93,6 +93,135 @@ std::string aeth_compact(const wire::AethRepr& a) {
   return strf("AETH reserved-syndrome=0x%02x msn=%u", a.syndrome, a.msn);
 }
 
+bool is_qp1_datagram(const Frame& f) {
+  return f.kind == FrameKind::kRoce && f.pkt.hdr.bth.opcode == wire::opcode::kUdSendOnly &&
+         f.pkt.hdr.bth.dest_qp == wire::kGsiQpn;
+}
+
+std::optional<wire::CmMessage> cm_message(const Frame& f) {
+  if (!is_qp1_datagram(f)) return std::nullopt;
+  wire::CmMessage m;
+  if (wire::CmMessage::parse(f.pkt.payload, m) != ParseError::kOk) return std::nullopt;
+  return m;
+}
+
+std::string service_id_string(uint64_t sid) {
+  if (const auto ip = wire::decode_ip_service_id(sid)) {
+    const std::string_view ps = wire::rdma_ps_name(ip->ps);
+    return strf("%.*s:%u", static_cast<int>(ps.size()), ps.data(), ip->port);
+  }
+  return strf("0x%016" PRIx64, sid);
+}
+
+std::optional<wire::CmaIpHeader> cma_header(const wire::CmMessage& m) {
+  Bytes priv;
+  uint64_t sid = 0;
+  if (const auto* req = m.get<wire::CmReq>()) {
+    priv = req->private_data;
+    sid = req->service_id;
+  } else if (const auto* sreq = m.get<wire::CmSidrReq>()) {
+    priv = sreq->private_data;
+    sid = sreq->service_id;
+  } else {
+    return std::nullopt;
+  }
+  wire::CmaIpHeader h;
+  if (!wire::decode_ip_service_id(sid) || wire::CmaIpHeader::parse(priv, h) != ParseError::kOk ||
+      !h.valid())
+    return std::nullopt;
+  return h;
+}
+
+namespace {
+
+/// "10.0.0.1:39030" / "[fe80::1]:39030".
+std::string endpoint(const wire::Gid& g, uint16_t port) {
+  const std::string a = addr_string(g);
+  if (wire::is_ipv4_mapped(g)) return strf("%s:%u", a.c_str(), port);
+  return strf("[%s]:%u", a.c_str(), port);
+}
+
+/// " ip=10.0.0.1:39030→10.0.0.2:7471" from rdma_cm's header (destination port: service ID).
+std::string cma_compact(const wire::CmMessage& m, uint64_t sid) {
+  const auto h = cma_header(m);
+  if (!h) return {};
+  const auto ip = wire::decode_ip_service_id(sid);
+  return " ip=" + endpoint(h->src_gid(), h->src_port) + "→" + endpoint(h->dst_gid(), ip->port);
+}
+
+std::string_view sv_or(std::string_view v, std::string_view fallback) {
+  return v.empty() ? fallback : v;
+}
+
+}  // namespace
+
+std::string cm_compact(const wire::CmMessage& m) {
+  const std::string_view name = sv_or(m.name(), "?");
+  std::string s = strf("CM %.*s", static_cast<int>(name.size()), name.data());
+  if (const auto* r = m.get<wire::CmReq>()) {
+    s += strf(" comm=0x%08x sid=%s qpn=0x%06x psn=%u rr=%u id=%u", r->local_comm_id,
+              service_id_string(r->service_id).c_str(), r->local_qpn, r->starting_psn,
+              r->responder_resources, r->initiator_depth);
+    if (r->transport_service_type == wire::kCmTransportUc) s += " UC";
+    if (r->transport_service_type == wire::kCmTransportRd) s += " RD";
+    if (r->transport_service_type == 3) s += " transport=3";
+    s += strf(" mtu=%u retry=%u rnr=%u pkey=0x%04x", wire::ib_mtu_bytes(r->path_mtu),
+              r->retry_count, r->rnr_retry_count, r->pkey);
+    if (r->srq) s += " srq";
+    s += cma_compact(m, r->service_id);
+  } else if (const auto* p = m.get<wire::CmRep>()) {
+    s += strf(" comm=0x%08x remote=0x%08x qpn=0x%06x psn=%u rr=%u id=%u rnr=%u", p->local_comm_id,
+              p->remote_comm_id, p->local_qpn, p->starting_psn, p->responder_resources,
+              p->initiator_depth, p->rnr_retry_count);
+    if (p->srq) s += " srq";
+  } else if (const auto* j = m.get<wire::CmRej>()) {
+    const std::string_view why = wire::to_string(j->reason);
+    const std::string_view what = wire::to_string(j->msg_rejected);
+    s += strf(" comm=0x%08x remote=0x%08x reason=%u (%.*s) rejects=%.*s", j->local_comm_id,
+              j->remote_comm_id, static_cast<unsigned>(j->reason), static_cast<int>(why.size()),
+              why.data(), static_cast<int>(what.size()), what.data());
+  } else if (const auto* a = m.get<wire::CmMra>()) {
+    const std::string_view what = wire::to_string(a->msg_mraed);
+    s += strf(" comm=0x%08x remote=0x%08x delays=%.*s timeout=%s", a->local_comm_id,
+              a->remote_comm_id, static_cast<int>(what.size()), what.data(),
+              ms_string(static_cast<int64_t>(wire::cm_timeout_ns(a->service_timeout))).c_str());
+  } else if (const auto* d = m.get<wire::CmDreq>()) {
+    s += strf(" comm=0x%08x remote=0x%08x qpn=0x%06x", d->local_comm_id, d->remote_comm_id,
+              d->remote_qpn_eecn);
+  } else if (const auto* t = m.get<wire::CmRtu>()) {
+    s += strf(" comm=0x%08x remote=0x%08x", t->local_comm_id, t->remote_comm_id);
+  } else if (const auto* e = m.get<wire::CmDrep>()) {
+    s += strf(" comm=0x%08x remote=0x%08x", e->local_comm_id, e->remote_comm_id);
+  } else if (const auto* q = m.get<wire::CmSidrReq>()) {
+    s += strf(" req=0x%08x sid=%s pkey=0x%04x", q->request_id,
+              service_id_string(q->service_id).c_str(), q->pkey);
+    s += cma_compact(m, q->service_id);
+  } else if (const auto* r2 = m.get<wire::CmSidrRep>()) {
+    const std::string_view st = wire::to_string(r2->status);
+    s += strf(" req=0x%08x status=%.*s qpn=0x%06x qkey=0x%08x sid=%s", r2->request_id,
+              static_cast<int>(st.size()), st.data(), r2->qpn, r2->qkey,
+              service_id_string(r2->service_id).c_str());
+  }
+  return s;
+}
+
+std::string qp1_compact(const Frame& f) {
+  if (!is_qp1_datagram(f)) return {};
+  wire::CmMessage m;
+  const ParseError e = wire::CmMessage::parse(f.pkt.payload, m);
+  if (e == ParseError::kOk) return cm_compact(m);
+  wire::MadHeader h;
+  if (wire::MadHeader::parse(f.pkt.payload, h) != ParseError::kOk) return {};
+  if (h.mgmt_class != wire::kMgmtClassCm)
+    return strf("MAD class=0x%02x method=0x%02x attr=0x%04x", h.mgmt_class, h.method, h.attr_id);
+  const std::string_view name = wire::cm_attr_name(h.attr_id);
+  const std::string what = name.empty() ? strf("attr=0x%04x", h.attr_id) : std::string(name);
+  const char* why = e == ParseError::kTruncated ? "payload not captured"
+                    : e == ParseError::kBadMad     ? "MAD base version is not 1"
+                                                   : "not a message this tool decodes";
+  return strf("CM %s (%s)", what.c_str(), why);
+}
+
 namespace {
 
 std::string ethertype_brief(uint16_t type) {
@@ -429,6 +558,7 @@ std::string format_summary(const Frame& f, bool align) {
     s += ext_compact(f);
     if (f.pkt.hdr.bth.pad_count != 0) s += strf(" pad=%u", f.pkt.hdr.bth.pad_count);
     s += strf(" payload=%zu", f.payload_len);
+    if (const std::string cm = qp1_compact(f); !cm.empty()) s.append(" ").append(cm);
     if (f.error == ParseError::kOk) {
       s += "  ICRC ok";
     } else if (f.error == ParseError::kBadIcrc) {

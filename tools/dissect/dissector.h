@@ -9,11 +9,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "wire/cm.h"
 #include "wire/packet.h"
 
 namespace uroce::dissect {
@@ -91,6 +93,26 @@ int credits_from_code(uint8_t code);
 std::string aeth_compact(const wire::AethRepr& a);
 /// Short dashed NAK code name: "PSN-seq-error", "remote-access-error", ...
 std::string_view nak_short_name(uint8_t code);
+
+// ---- Communication Manager MADs (connection setup over QP1) ----
+
+/// A UD SEND_ONLY to QP1: the general services QP, where rdma_cm's connection setup travels.
+bool is_qp1_datagram(const Frame& f);
+/// The CM message a frame carries: a UD SEND_ONLY to QP1 whose captured payload is a whole
+/// CM MAD (wire::CmMessage::parse accepts it).
+std::optional<wire::CmMessage> cm_message(const Frame& f);
+/// "TCP:7471" for an rdma_cm service ID (port space and port), "0x..." (16 hex digits) for
+/// any other.
+std::string service_id_string(uint64_t sid);
+/// rdma_cm's private-data header of a REQ / SIDR_REQ, when the service ID is an rdma_cm one
+/// and the header is valid.
+std::optional<wire::CmaIpHeader> cma_header(const wire::CmMessage& m);
+/// The compact CM form of the one-line output: "CM REQ comm=0x... sid=TCP:7471 qpn=0x...
+/// psn=... rr=1 id=1 ...", "CM REJ comm=0x... remote=0x... reason=8 (invalid service ID)".
+std::string cm_compact(const wire::CmMessage& m);
+/// What the one-line output says about a QP1 datagram's payload: cm_compact() of its CM
+/// message, a short note when it is some other MAD or cut short, "" for other frames.
+std::string qp1_compact(const Frame& f);
 
 /// The one-line rendering of a frame (without tracking notes and without a newline):
 /// index, time, then format_summary().

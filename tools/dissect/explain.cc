@@ -77,6 +77,59 @@ std::string ecn_words(uint8_t ecn) {
   }
 }
 
+std::string_view cm_message_words(uint16_t attr) {
+  switch (attr) {
+    case wire::cm_attr::kReq:
+      return "connection request: the active side offers its QP, first PSN and path; the "
+             "passive side answers REP (accept), REJ (refuse) or MRA (wait)";
+    case wire::cm_attr::kMra:
+      return "message receipt acknowledgement: the message arrived, the answer will take "
+             "longer; the other side waits instead of resending";
+    case wire::cm_attr::kRej: return "connection rejected; the reason says why";
+    case wire::cm_attr::kRep:
+      return "connection reply: the passive side accepts and gives its own QP and first PSN; "
+             "the active side answers RTU";
+    case wire::cm_attr::kRtu:
+      return "ready to use: the active side's QP is ready, the connection is established";
+    case wire::cm_attr::kDreq:
+      return "disconnect request: the sender tears the connection down; the peer answers DREP";
+    case wire::cm_attr::kDrep: return "disconnect reply: the connection is gone";
+    case wire::cm_attr::kSidrReq:
+      return "service ID resolution request: which UD QP and Q_Key serve this service ID?";
+    case wire::cm_attr::kSidrRep:
+      return "service ID resolution reply: the UD QP and Q_Key to send datagrams to";
+    default: return "a CM message";
+  }
+}
+
+std::string_view rej_reason_words(wire::CmRejReason r) {
+  switch (r) {
+    case wire::CmRejReason::kInvalidServiceId:
+      return "nobody listens on that service ID (rdma_cm: no listener on the port)";
+    case wire::CmRejReason::kConsumerReject:
+      return "the application refused the connection (rdma_reject)";
+    case wire::CmRejReason::kNoResources: return "the peer ran out of resources";
+    case wire::CmRejReason::kTimeout: return "the peer gave up waiting for an answer";
+    case wire::CmRejReason::kStaleConn:
+      return "the peer still has a connection with this QP or comm ID";
+    case wire::CmRejReason::kInsufficientRespResources:
+      return "the peer cannot serve as many READs / atomics at once as asked";
+    case wire::CmRejReason::kInvalidClassVersion: return "the peer speaks another CM version";
+    default: return "IBA table 112";
+  }
+}
+
+/// "10.0.0.1:39030" / "[fe80::1]:39030".
+std::string endpoint(const wire::Gid& g, uint16_t port) {
+  const std::string a = addr_string(g);
+  return wire::is_ipv4_mapped(g) ? strf("%s:%u", a.c_str(), port)
+                                 : strf("[%s]:%u", a.c_str(), port);
+}
+
+std::string cm_timeout_string(uint8_t code) {
+  return ms_string(static_cast<int64_t>(wire::cm_timeout_ns(code)));
+}
+
 class ExplainPrinter final : public Printer {
  public:
   explicit ExplainPrinter(std::ostream& out) : out_(out) {}
@@ -160,7 +213,10 @@ class ExplainPrinter final : public Printer {
     if (p.reached >= wire::Layer::kBth) bth(f);
     if (p.reached >= wire::Layer::kBth && f.info() != nullptr) {
       extensions(f);
-      if (f.kind == FrameKind::kRoce) payload_and_icrc(f);
+      if (f.kind == FrameKind::kRoce) {
+        cm(f);
+        payload_and_icrc(f);
+      }
     }
   }
 
@@ -361,8 +417,14 @@ class ExplainPrinter final : public Printer {
            "placement type: bit 0 global visibility, bit 1 persistence", "placement type");
     }
     if (f.has_ext(Ext::kDeth)) {
-      line("DETH.Q_Key", strf("0x%08x", x.deth.qkey), "deth.qkey",
-           "queue key: the receiving UD QP accepts only datagrams with its Q_Key", "queue key");
+      if (x.deth.qkey == wire::kGsiQkey && f.pkt.hdr.bth.dest_qp == wire::kGsiQpn) {
+        line("DETH.Q_Key", strf("0x%08x", x.deth.qkey), "deth.qkey.gsi",
+             "queue key: 0x80010000 is the well-known Q_Key of QP1, the general services QP",
+             "QP1's Q_Key");
+      } else {
+        line("DETH.Q_Key", strf("0x%08x", x.deth.qkey), "deth.qkey",
+             "queue key: the receiving UD QP accepts only datagrams with its Q_Key", "queue key");
+      }
       line("DETH.SrcQP", strf("0x%06x", x.deth.src_qp), "deth.srcqp",
            "the sending QP: UD has no connection, so every datagram names its source", "source QP");
     }
@@ -466,6 +528,236 @@ class ExplainPrinter final : public Printer {
     line("AETH.MSN", std::to_string(a.msn), "aeth.msn",
          "message sequence number: how many request messages the responder has completed",
          "messages completed");
+  }
+
+  // ---- Communication Manager MADs (UD datagrams to QP1) ----
+
+  void cm(const Frame& f) {
+    if (!is_qp1_datagram(f)) return;
+    const auto msg = cm_message(f);
+    if (!msg) {
+      const std::string note = qp1_compact(f);
+      if (!note.empty())
+        line("MAD", note, "mad.other", "a management datagram this tool does not decode", "");
+      return;
+    }
+    const wire::CmMessage& m = *msg;
+    const uint16_t attr = m.attr_id();
+    line("MAD.Class", strf("0x%02x v%u", m.hdr.mgmt_class, m.hdr.class_version),
+         strf("mad.class.%u", m.hdr.class_version),
+         m.hdr.class_version == wire::kCmClassVersion
+             ? "management datagram (MAD) of the Communication Manager (class 0x07, version 2): "
+               "rdma_cm sets connections up with these 256-byte datagrams to QP1"
+             : "Communication Manager MAD of an unknown class version: a CM answers REJ reason 31",
+         "Communication Manager MAD");
+    line("MAD.Method", strf("0x%02x", m.hdr.method), strf("mad.method.%u", m.hdr.method),
+         m.hdr.method == wire::kMadMethodSend
+             ? "Send: every CM message is a one-way Send; the sender resends it itself until the "
+               "answer (or an MRA) comes"
+             : "not Send, the method CM messages use",
+         m.hdr.method == wire::kMadMethodSend ? "Send" : "");
+    line("MAD.TID", strf("0x%016" PRIx64, m.hdr.tid), "mad.tid",
+         "transaction ID: the sender's number for this exchange; a resend keeps it",
+         "transaction ID");
+    const std::string name = sv(m.name());
+    line("MAD.AttributeID", strf("0x%04x %s", attr, name.c_str()), strf("cm.msg.%u", attr),
+         "CM " + name + ": " + sv(cm_message_words(attr)), "CM " + name);
+    if (const auto* r = m.get<wire::CmReq>()) {
+      comm_ids(r->local_comm_id, 0, false);
+      service_id(r->service_id);
+      line("CM.LocalQPN", strf("0x%06x", r->local_qpn), "cm.req.qpn",
+           "the QP the sender will use for this connection: the peer's QP sends to it",
+           "the sender's QP");
+      line("CM.StartingPSN", std::to_string(r->starting_psn), "cm.req.psn",
+           "the first PSN the sender's QP will send: the peer's responder expects it",
+           "the sender's first PSN");
+      line("CM.RespResources", std::to_string(r->responder_resources), "cm.rr",
+           "responder resources: RDMA READs and atomics from the peer that the sender's QP "
+           "serves at once",
+           "READs / atomics it serves at once");
+      line("CM.InitiatorDepth", std::to_string(r->initiator_depth), "cm.id",
+           "initiator depth: RDMA READs and atomics the sender's QP keeps outstanding at most",
+           "READs / atomics it issues at once");
+      static constexpr const char* kTypes[] = {"RC", "UC", "RD", "reserved"};
+      line("CM.TransportType", kTypes[r->transport_service_type & 3],
+           strf("cm.type.%u", r->transport_service_type),
+           strf("transport service type: %s", r->transport_service_type == 0
+                                                  ? "reliable connection"
+                                                  : "not RC (rdma_cm connects RC QPs)"),
+           "");
+      line("CM.RetryCount", std::to_string(r->retry_count), "cm.retry",
+           "how often the QP resends after a transport timeout before it gives up",
+           "transport retries");
+      line("CM.RnrRetryCount", std::to_string(r->rnr_retry_count), "cm.rnr",
+           "how often the QP resends after an RNR NAK (7 = without limit)", "RNR retries");
+      line("CM.P_Key", strf("0x%04x", r->pkey), "cm.pkey",
+           "the partition the connection's QPs will be in", "partition key");
+      const uint32_t mtu = wire::ib_mtu_bytes(r->path_mtu);
+      line("CM.PathMTU", strf("%u (%u bytes)", r->path_mtu, mtu), "cm.mtu",
+           "path MTU: the largest payload of one packet on the connection", "path MTU");
+      line("CM.CMTimeouts",
+           strf("%u / %u", r->local_cm_response_timeout, r->remote_cm_response_timeout),
+           "cm.req.timeouts",
+           strf("CM response timeouts, the sender's / the one it expects of the peer: how long "
+                "answering a CM message may take, 4.096 us × 2^n = %s / %s",
+                cm_timeout_string(r->local_cm_response_timeout).c_str(),
+                cm_timeout_string(r->remote_cm_response_timeout).c_str()),
+           strf("%s / %s", cm_timeout_string(r->local_cm_response_timeout).c_str(),
+                cm_timeout_string(r->remote_cm_response_timeout).c_str()));
+      line("CM.MaxCMRetries", std::to_string(r->max_cm_retries), "cm.maxretries",
+           "how often the CM resends this REQ when no answer comes", "REQ resends");
+      if (r->srq)
+        line("CM.SRQ", "1", "cm.srq", "the sender's QP takes receive buffers from a shared "
+             "receive queue", "shared receive queue");
+      path("Pri", "primary", r->primary);
+      if (r->alternate != wire::CmPath{}) path("Alt", "alternate", r->alternate);
+      cma(m, r->service_id);
+      private_data(r->private_data.size());
+    } else if (const auto* p = m.get<wire::CmRep>()) {
+      comm_ids(p->local_comm_id, p->remote_comm_id, true);
+      line("CM.LocalQPN", strf("0x%06x", p->local_qpn), "cm.rep.qpn",
+           "the QP the replier will use: the requester's QP sends to it", "the replier's QP");
+      line("CM.StartingPSN", std::to_string(p->starting_psn), "cm.rep.psn",
+           "the first PSN the replier's QP will send", "the replier's first PSN");
+      line("CM.RespResources", std::to_string(p->responder_resources), "cm.rr",
+           "responder resources: RDMA READs and atomics from the peer that the sender's QP "
+           "serves at once",
+           "READs / atomics it serves at once");
+      line("CM.InitiatorDepth", std::to_string(p->initiator_depth), "cm.id",
+           "initiator depth: RDMA READs and atomics the sender's QP keeps outstanding at most",
+           "READs / atomics it issues at once");
+      line("CM.RnrRetryCount", std::to_string(p->rnr_retry_count), "cm.rnr",
+           "how often the QP resends after an RNR NAK (7 = without limit)", "RNR retries");
+      line("CM.TargetAckDelay", strf("%u (%s)", p->target_ack_delay,
+                                     cm_timeout_string(p->target_ack_delay).c_str()),
+           "cm.rep.ackdelay",
+           "how long the replier may take to acknowledge, 4.096 us × 2^n: the requester "
+           "adds it to its ACK timeout",
+           "the replier's ACK delay");
+      if (p->srq)
+        line("CM.SRQ", "1", "cm.srq", "the sender's QP takes receive buffers from a shared "
+             "receive queue", "shared receive queue");
+      private_data(p->private_data.size());
+    } else if (const auto* j = m.get<wire::CmRej>()) {
+      comm_ids(j->local_comm_id, j->remote_comm_id, true);
+      line("CM.MsgRejected", sv(wire::to_string(j->msg_rejected)),
+           strf("cm.rej.msg.%u", static_cast<unsigned>(j->msg_rejected)),
+           "the message this REJ refuses", "");
+      const auto reason = static_cast<unsigned>(j->reason);
+      line("CM.Reason", strf("%u %s", reason, sv(wire::to_string(j->reason)).c_str()),
+           strf("cm.rej.reason.%u", reason), sv(rej_reason_words(j->reason)), "");
+      if (j->reject_info_len != 0)
+        line("CM.RejectInfo", strf("%u bytes", j->reject_info_len), "cm.rej.ari",
+             "additional reject information (the GID, LID or value that was wrong)", "");
+      private_data(j->private_data.size());
+    } else if (const auto* a = m.get<wire::CmMra>()) {
+      comm_ids(a->local_comm_id, a->remote_comm_id, true);
+      line("CM.MsgMRAed", sv(wire::to_string(a->msg_mraed)),
+           strf("cm.mra.msg.%u", static_cast<unsigned>(a->msg_mraed)),
+           "the message whose answer will be late", "");
+      line("CM.ServiceTimeout", strf("%u (%s)", a->service_timeout,
+                                     cm_timeout_string(a->service_timeout).c_str()),
+           "cm.mra.timeout", "how much longer to wait for the answer, 4.096 us × 2^n",
+           "extra wait");
+    } else if (const auto* d = m.get<wire::CmDreq>()) {
+      comm_ids(d->local_comm_id, d->remote_comm_id, true);
+      line("CM.RemoteQPN", strf("0x%06x", d->remote_qpn_eecn), "cm.dreq.qpn",
+           "the receiver's QP whose connection ends", "the QP disconnected");
+    } else if (const auto* t = m.get<wire::CmRtu>()) {
+      comm_ids(t->local_comm_id, t->remote_comm_id, true);
+    } else if (const auto* e = m.get<wire::CmDrep>()) {
+      comm_ids(e->local_comm_id, e->remote_comm_id, true);
+    } else if (const auto* q = m.get<wire::CmSidrReq>()) {
+      line("CM.RequestID", strf("0x%08x", q->request_id), "cm.sidr.id",
+           "the requester's number for this resolution; the SIDR_REP quotes it", "request ID");
+      line("CM.P_Key", strf("0x%04x", q->pkey), "cm.pkey",
+           "the partition the connection's QPs will be in", "partition key");
+      service_id(q->service_id);
+      cma(m, q->service_id);
+    } else if (const auto* r2 = m.get<wire::CmSidrRep>()) {
+      line("CM.RequestID", strf("0x%08x", r2->request_id), "cm.sidr.id",
+           "the requester's number for this resolution; the SIDR_REP quotes it", "request ID");
+      line("CM.Status", strf("%u %s", static_cast<unsigned>(r2->status),
+                             sv(wire::to_string(r2->status)).c_str()),
+           strf("cm.sidr.status.%u", static_cast<unsigned>(r2->status)),
+           r2->status == wire::SidrStatus::kValid ? "the QPN and Q_Key below serve the service ID"
+                                                  : "the service ID could not be resolved",
+           "");
+      line("CM.QPN", strf("0x%06x", r2->qpn), "cm.sidr.qpn", "the UD QP to send datagrams to",
+           "UD QP");
+      line("CM.Q_Key", strf("0x%08x", r2->qkey), "cm.sidr.qkey",
+           "the Q_Key the datagrams must carry", "Q_Key");
+      service_id(r2->service_id);
+    }
+  }
+
+  void comm_ids(uint32_t local, uint32_t remote, bool has_remote) {
+    line("CM.LocalCommID", strf("0x%08x", local), "cm.lcid",
+         "local communication ID: the sender's handle for this connection; the peer quotes it "
+         "back as the remote comm ID",
+         "the sender's connection handle");
+    if (has_remote)
+      line("CM.RemoteCommID", strf("0x%08x", remote), "cm.rcid",
+           "remote communication ID: the receiver's handle, quoted from its earlier message",
+           "the receiver's connection handle");
+  }
+
+  void service_id(uint64_t sid) {
+    const auto ip = wire::decode_ip_service_id(sid);
+    if (ip) {
+      const std::string ps = sv(wire::rdma_ps_name(ip->ps));
+      line("CM.ServiceID", strf("0x%016" PRIx64, sid), strf("cm.sid.%u.%u", ip->ps, ip->port),
+           strf("service ID of rdma_cm: port space %s (0x%04x), port %u, the port the passive "
+                "side listens on",
+                ps.c_str(), ip->ps, ip->port),
+           strf("rdma_cm %s port %u", ps.c_str(), ip->port));
+    } else {
+      line("CM.ServiceID", strf("0x%016" PRIx64, sid), "cm.sid",
+           "service ID: what the passive side listens for (not an rdma_cm IP port)", "service ID");
+    }
+  }
+
+  void path(const char* which, const char* words, const wire::CmPath& p) {
+    const std::string w = which;
+    line("CM." + w + ".GIDs",
+         addr_string(p.local_gid) + " → " + addr_string(p.remote_gid),
+         "cm.path.gid." + w,
+         strf("the %s path: the sender's GID and the peer's (on RoCE, their IP addresses)",
+              words),
+         w + " path");
+    line("CM." + w + ".Path",
+         strf("TC %u, hop limit %u, SL %u, flow 0x%05x", p.traffic_class, p.hop_limit, p.sl,
+              p.flow_label),
+         "cm.path.fields",
+         "traffic class, hop limit, service level and flow label the connection's packets "
+         "will carry",
+         "traffic class, hop limit, SL, flow label");
+    line("CM." + w + ".AckTimeout",
+         strf("%u (%s)", p.local_ack_timeout, cm_timeout_string(p.local_ack_timeout).c_str()),
+         "cm.path.ack",
+         "local ACK timeout: the QP resends when no ACK came within 4.096 us × 2^n",
+         "ACK timeout");
+  }
+
+  void cma(const wire::CmMessage& m, uint64_t sid) {
+    const auto h = cma_header(m);
+    if (!h) return;
+    const auto ip = wire::decode_ip_service_id(sid);
+    line("CMA.Header", strf("version %u, IPv%u", h->cma_version, h->ip_version), "cma.hdr",
+         "rdma_cm's 36-byte header at the start of the private data: the addresses and ports "
+         "of the connection in IP terms",
+         "rdma_cm header");
+    line("CMA.Src", endpoint(h->src_gid(), h->src_port), "cma.src",
+         "the active side's IP address and port", "active side");
+    line("CMA.Dst", endpoint(h->dst_gid(), ip->port), "cma.dst",
+         "the passive side's IP address; its port is the service ID's", "passive side");
+  }
+
+  void private_data(size_t n) {
+    line("CM.PrivateData", strf("%zu bytes", n), strf("cm.priv.%zu", n),
+         "private data: the application's bytes (rdma_conn_param), zero-padded to the "
+         "message's fixed size",
+         "private data");
   }
 
   void payload_and_icrc(const Frame& f) {

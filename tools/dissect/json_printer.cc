@@ -19,6 +19,125 @@ std::string_view kind_name(FrameKind k) {
   return "?";
 }
 
+void write_path(JsonWriter& j, std::string_view key, const wire::CmPath& p) {
+  j.begin_object(key);
+  j.field("local_lid", p.local_lid);
+  j.field("remote_lid", p.remote_lid);
+  j.field("local_gid", wire::to_string(p.local_gid));
+  j.field("remote_gid", wire::to_string(p.remote_gid));
+  j.field("flow_label", p.flow_label);
+  j.field("packet_rate", p.packet_rate);
+  j.field("traffic_class", p.traffic_class);
+  j.field("hop_limit", p.hop_limit);
+  j.field("sl", p.sl);
+  j.field("subnet_local", p.subnet_local);
+  j.field("local_ack_timeout", p.local_ack_timeout);
+  j.end_object();
+}
+
+void write_service_id(JsonWriter& j, uint64_t sid) {
+  j.field("service_id", sid);
+  if (const auto ip = wire::decode_ip_service_id(sid)) {
+    j.field("port_space", wire::rdma_ps_name(ip->ps));
+    j.field("port", ip->port);
+  }
+}
+
+void write_cma(JsonWriter& j, const wire::CmMessage& m, uint64_t sid) {
+  const auto h = cma_header(m);
+  if (!h) return;
+  j.begin_object("cma");
+  j.field("ip_version", h->ip_version);
+  j.field("src", addr_string(h->src_gid()));
+  j.field("src_port", h->src_port);
+  j.field("dst", addr_string(h->dst_gid()));
+  j.field("dst_port", wire::decode_ip_service_id(sid)->port);
+  j.end_object();
+}
+
+void write_ids(JsonWriter& j, uint32_t local, uint32_t remote) {
+  j.field("local_comm_id", local);
+  j.field("remote_comm_id", remote);
+}
+
+/// "cm": the CM message a QP1 datagram carries.
+void write_cm(JsonWriter& j, const wire::CmMessage& m) {
+  j.begin_object("cm");
+  j.field("message", m.name());
+  j.field("attr_id", m.attr_id());
+  j.field("tid", m.hdr.tid);
+  j.field("method", m.hdr.method);
+  j.field("class_version", m.hdr.class_version);
+  j.field("status", m.hdr.status);
+  if (const auto* r = m.get<wire::CmReq>()) {
+    j.field("local_comm_id", r->local_comm_id);
+    write_service_id(j, r->service_id);
+    j.field("local_ca_guid", r->local_ca_guid);
+    j.field("local_qkey", r->local_qkey);
+    j.field("local_qpn", r->local_qpn);
+    j.field("starting_psn", r->starting_psn);
+    j.field("responder_resources", r->responder_resources);
+    j.field("initiator_depth", r->initiator_depth);
+    j.field("transport_service_type", r->transport_service_type);
+    j.field("end_to_end_flow_control", r->end_to_end_flow_control);
+    j.field("local_cm_response_timeout", r->local_cm_response_timeout);
+    j.field("remote_cm_response_timeout", r->remote_cm_response_timeout);
+    j.field("retry_count", r->retry_count);
+    j.field("rnr_retry_count", r->rnr_retry_count);
+    j.field("max_cm_retries", r->max_cm_retries);
+    j.field("pkey", r->pkey);
+    j.field("path_mtu", r->path_mtu);
+    j.field("path_mtu_bytes", wire::ib_mtu_bytes(r->path_mtu));
+    j.field("srq", r->srq);
+    write_path(j, "primary_path", r->primary);
+    if (r->alternate != wire::CmPath{}) write_path(j, "alternate_path", r->alternate);
+    write_cma(j, m, r->service_id);
+  } else if (const auto* p = m.get<wire::CmRep>()) {
+    write_ids(j, p->local_comm_id, p->remote_comm_id);
+    j.field("local_qkey", p->local_qkey);
+    j.field("local_qpn", p->local_qpn);
+    j.field("starting_psn", p->starting_psn);
+    j.field("responder_resources", p->responder_resources);
+    j.field("initiator_depth", p->initiator_depth);
+    j.field("target_ack_delay", p->target_ack_delay);
+    j.field("failover_accepted", p->failover_accepted);
+    j.field("end_to_end_flow_control", p->end_to_end_flow_control);
+    j.field("rnr_retry_count", p->rnr_retry_count);
+    j.field("srq", p->srq);
+    j.field("local_ca_guid", p->local_ca_guid);
+  } else if (const auto* rej = m.get<wire::CmRej>()) {
+    write_ids(j, rej->local_comm_id, rej->remote_comm_id);
+    j.field("msg_rejected", wire::to_string(rej->msg_rejected));
+    j.field("reason", static_cast<uint16_t>(rej->reason));
+    j.field("reason_name", wire::to_string(rej->reason));
+    j.field("reject_info_len", rej->reject_info_len);
+  } else if (const auto* a = m.get<wire::CmMra>()) {
+    write_ids(j, a->local_comm_id, a->remote_comm_id);
+    j.field("msg_mraed", wire::to_string(a->msg_mraed));
+    j.field("service_timeout", a->service_timeout);
+  } else if (const auto* d = m.get<wire::CmDreq>()) {
+    write_ids(j, d->local_comm_id, d->remote_comm_id);
+    j.field("remote_qpn", d->remote_qpn_eecn);
+  } else if (const auto* t = m.get<wire::CmRtu>()) {
+    write_ids(j, t->local_comm_id, t->remote_comm_id);
+  } else if (const auto* e = m.get<wire::CmDrep>()) {
+    write_ids(j, e->local_comm_id, e->remote_comm_id);
+  } else if (const auto* q = m.get<wire::CmSidrReq>()) {
+    j.field("request_id", q->request_id);
+    j.field("pkey", q->pkey);
+    write_service_id(j, q->service_id);
+    write_cma(j, m, q->service_id);
+  } else if (const auto* s = m.get<wire::CmSidrRep>()) {
+    j.field("request_id", s->request_id);
+    j.field("status", static_cast<uint8_t>(s->status));
+    j.field("status_name", wire::to_string(s->status));
+    j.field("qpn", s->qpn);
+    j.field("qkey", s->qkey);
+    write_service_id(j, s->service_id);
+  }
+  j.end_object();
+}
+
 void write_headers(JsonWriter& j, const Frame& f) {
   const wire::ParsedPacket& p = f.pkt;
   const wire::RoceHeaders& h = p.hdr;
@@ -162,6 +281,7 @@ void write_headers(JsonWriter& j, const Frame& f) {
     j.field("rkey", x.ieth.rkey);
     j.end_object();
   }
+  if (const auto cm = cm_message(f)) write_cm(j, *cm);
 }
 
 class JsonPrinter final : public Printer {

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Unmodified Debian librdmacm programs (rdmacm-utils, perftest -R) over uroce's librdmacm.so.1
+# and libibverbs.so.1 between two network namespaces joined by a veth pair: the connection
+# manager's REQ/REP/RTU/DREQ/DREP (and SIDR for UD) on the wire, IPv4 and IPv6.
+# Usage: rdmacm_programs.sh LIBDIR. Needs root (exit 77 = skipped otherwise).
+set -euo pipefail
+lib=$1
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
+command -v rping >/dev/null && command -v ib_send_bw >/dev/null \
+  || { echo "SKIP: rdmacm-utils / perftest not installed"; exit 77; }
+[ -e "$lib/librdmacm.so.1" ] || { echo "FAIL: no librdmacm.so.1 in $lib"; exit 1; }
+tag=r$$
+nsA=${tag}a nsB=${tag}b
+dir=$(mktemp -d)
+cleanup() {
+  ip netns pids "$nsA" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns pids "$nsB" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$nsA" 2>/dev/null || true; ip netns del "$nsB" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+ip netns add "$nsA"; ip netns add "$nsB"
+ip link add "${tag}va" type veth peer name "${tag}vb"
+ip link set "${tag}va" netns "$nsA"; ip link set "${tag}vb" netns "$nsB"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "${tag}va" up; ip -n "$nsB" link set "${tag}vb" up
+ip -n "$nsA" addr add 10.97.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.97.0.2/24 dev "${tag}vb"
+ip -n "$nsA" addr add fd00:97::1/64 dev "${tag}va" nodad
+ip -n "$nsB" addr add fd00:97::2/64 dev "${tag}vb" nodad
+
+. "$(dirname "$0")/../../tools/lib/netns.sh"  # wait_listen NS PORT
+
+# An rdma_cm server reserves its port with a kernel socket (TCP listening for RDMA_PS_TCP, UDP
+# bound for RDMA_PS_UDP): waiting for it to show is waiting for rdma_listen.
+wait_udp() {
+  for _ in $(seq 200); do
+    [ -n "$(ip netns exec "$1" ss -Huan "sport = :$2" 2>/dev/null)" ] && return 0
+    sleep 0.1
+  done
+  echo "server never bound UDP $2"; return 1
+}
+
+in_ns() { local ns=$1 ifc=$2; shift 2; ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"; }
+
+run_pair() {  # NAME WAIT(tcp:PORT|udp:PORT) EXPECT SERVER-ARGS... -- CLIENT-ARGS...
+  local name=$1 wait=$2 expect=$3; shift 3
+  local sargs=(); while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
+  in_ns "$nsB" "${tag}vb" "${sargs[@]}" >"$dir/server.log" 2>&1 &
+  local server=$!
+  case $wait in tcp:*) wait_listen "$nsB" "${wait#tcp:}" "$server" ;; udp:*) wait_udp "$nsB" "${wait#udp:}" ;; esac
+  if ! in_ns "$nsA" "${tag}va" "$@" >"$dir/client.log" 2>&1; then
+    echo "FAIL: $name client"; cat "$dir/client.log"; echo "-- server:"; cat "$dir/server.log"; exit 1
+  fi
+  if ! wait "$server"; then echo "FAIL: $name server"; cat "$dir/server.log"; exit 1; fi
+  grep -qE "$expect" "$dir/client.log" \
+    || { echo "FAIL: $name: no '$expect' in the client's output"; cat "$dir/client.log"; exit 1; }
+  echo "ok: $name: $(grep -E "$expect" "$dir/client.log" | tail -1 | tr -s ' \t' ' ')"
+}
+
+run_pair "rping IPv4" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.2 -C 10 -- rping -c -v -a 10.97.0.2 -C 10
+run_pair "rping IPv6" tcp:7174 "rdma-ping-9:" rping -s -a fd00:97::2 -C 10 -- rping -c -v -a fd00:97::2 -C 10
+run_pair "rping, the server on every address" tcp:7174 "rdma-ping-4:" rping -s -C 5 -- rping -c -v -a 10.97.0.2 -C 5
+run_pair "ucmatose (RC, 1 connection)" tcp:7471 "test complete" ucmatose -- ucmatose -s 10.97.0.2
+run_pair "ucmatose (RC, 4 connections, 20 messages)" tcp:7471 "test complete" ucmatose -c 4 -C 20 -- ucmatose -s 10.97.0.2 -c 4 -C 20
+run_pair "udaddy (UD, SIDR)" udp:7174 "test complete" udaddy -- udaddy -s 10.97.0.2
+run_pair "rdma_server / rdma_client (rdma_getaddrinfo, rdma_create_ep)" tcp:7471 "end 0" rdma_server -- rdma_client -s 10.97.0.2
+run_pair "ib_send_bw -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_send_bw -d uroce0 -R -n 200 -- ib_send_bw -d uroce0 -R -n 200 10.97.0.2
+run_pair "ib_read_lat -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_read_lat -d uroce0 -R -n 100 -- ib_read_lat -d uroce0 -R -n 100 10.97.0.2
+
+# A client whose server is absent: the peer's uroce (a process on that interface, here a
+# server on another port) rejects the request ("invalid service ID"); the client hears
+# RDMA_CM_EVENT_REJECTED at once, it does not hang.
+in_ns "$nsB" "${tag}vb" rping -s -a 10.97.0.2 -p 7999 -C 1 >"$dir/server.log" 2>&1 &
+server=$!
+wait_listen "$nsB" 7999 "$server"
+rc=0
+in_ns "$nsA" "${tag}va" rping -c -a 10.97.0.2 -p 7000 -C 1 >"$dir/client.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "RDMA_CM_EVENT_REJECTED" "$dir/client.log" \
+  || { echo "FAIL: client with no server: exit $rc"; cat "$dir/client.log"; exit 1; }
+echo "ok: client with no server: exit $rc, $(grep REJECTED "$dir/client.log" | head -1)"
+kill "$server" 2>/dev/null || true
+wait "$server" 2>/dev/null || true
