@@ -17,9 +17,6 @@ constexpr uint8_t kDefaultAckTimeout = 14;  // ~67 ms: the QP's local ACK timeou
 using wire::CmMsgResponse;
 using wire::CmRejReason;
 
-uint64_t ns_of_timeout(uint8_t t) {  // IBA: 4.096 us * 2^t
-  return 4096ull << std::min<uint8_t>(t, 31);
-}
 }  // namespace
 
 bool Endpoint::wildcard() const {
@@ -174,10 +171,6 @@ void ConnectionManager::recompute_deadline() {
   for (const auto& [h, id] : ids_) next_deadline_ = std::min(next_deadline_, id->deadline);
 }
 
-uint64_t ConnectionManager::resend_interval(uint8_t timeout) const {
-  return ns_of_timeout(timeout);
-}
-
 // ---- Verbs ------------------------------------------------------------------------------------
 
 int ConnectionManager::create(uint64_t handle, uint16_t ps, ibv_qp_type type) {
@@ -210,7 +203,7 @@ void ConnectionManager::destroy(uint64_t handle) {
       if (id->state == State::kReqSent) rej.msg_rejected = CmMsgResponse::kOther;
       rej.reason = CmRejReason::kTimeout;
       rej.emit(d);
-      if (path_for(*id)) send(*id, wire::cm_attr::kRej, d.data(), id->tid, false);
+      if (path_for(*id)) send(*id, wire::cm_attr::kRej, d.data(), id->tid);
       ++stats_.rejects_sent;
       break;
     }
@@ -252,7 +245,6 @@ int ConnectionManager::resolve_addr(uint64_t handle, const Endpoint& src, const 
   wire::MacAddr mac;
   engine_.resolve(dst.ip, &mac);
   set_state(*id, State::kAddrQuery);
-  ++waiting_;
   arm(*id, engine_.now() + static_cast<uint64_t>(std::max(timeout_ms, 1)) * 1'000'000);
   next_deadline_ = engine_.now();  // look at the neighbour at the next poll
   return 0;
@@ -361,9 +353,8 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
   id->has_last = true;
   id->retries_left = timing_.max_cm_retries;
   id->resend_timeout = timing_.cm_response_timeout;
-  send(*id, id->last_attr, d.data(), id->tid, true);
-  ++waiting_;
-  arm(*id, engine_.now() + resend_interval(id->resend_timeout));
+  send(*id, id->last_attr, d.data(), id->tid);
+  arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout));
   return 0;
 }
 
@@ -383,7 +374,7 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
     if (len > r.private_data.size()) return EINVAL;
     if (len > 0) std::memcpy(r.private_data.data(), pdata, len);
     r.emit(d);
-    send(*id, wire::cm_attr::kSidrRep, d.data(), id->tid, false);
+    send(*id, wire::cm_attr::kSidrRep, d.data(), id->tid);
     // SIDR has no further exchange: the id is done.
     set_state(*id, State::kClosed);
     return 0;
@@ -413,12 +404,11 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
   id->last_attr = wire::cm_attr::kRep;
   id->last_tid = id->tid;
   id->has_last = true;
-  send(*id, wire::cm_attr::kRep, d.data(), id->tid, true);
+  send(*id, wire::cm_attr::kRep, d.data(), id->tid);
   set_state(*id, State::kRepSent);
   id->retries_left = timing_.max_cm_retries;
   id->resend_timeout = id->remote_response_timeout;
-  ++waiting_;
-  arm(*id, engine_.now() + resend_interval(id->resend_timeout));
+  arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout));
   return 0;
 }
 
@@ -441,7 +431,7 @@ int ConnectionManager::reject_for(uint64_t handle, const uint8_t* pdata, uint8_t
     if (len > r.private_data.size()) return EINVAL;
     if (len > 0) std::memcpy(r.private_data.data(), pdata, len);
     r.emit(d);
-    send(*id, wire::cm_attr::kSidrRep, d.data(), id->tid, false);
+    send(*id, wire::cm_attr::kSidrRep, d.data(), id->tid);
   } else {
     wire::CmRej r;
     r.local_comm_id = id->local_comm_id;
@@ -451,7 +441,7 @@ int ConnectionManager::reject_for(uint64_t handle, const uint8_t* pdata, uint8_t
     if (len > r.private_data.size()) return EINVAL;
     if (len > 0) std::memcpy(r.private_data.data(), pdata, len);
     r.emit(d);
-    send(*id, wire::cm_attr::kRej, d.data(), id->tid, false);
+    send(*id, wire::cm_attr::kRej, d.data(), id->tid);
     ++stats_.rejects_sent;
   }
   set_state(*id, State::kClosed);
@@ -471,7 +461,7 @@ int ConnectionManager::establish(uint64_t handle) {
   id->last_attr = wire::cm_attr::kRtu;
   id->last_tid = id->tid;
   id->has_last = true;  // resent if the REP comes again (our RTU was lost)
-  send(*id, wire::cm_attr::kRtu, d.data(), id->tid, false);
+  send(*id, wire::cm_attr::kRtu, d.data(), id->tid);
   set_state(*id, State::kEstablished);
   return 0;
 }
@@ -505,12 +495,11 @@ int ConnectionManager::disconnect(uint64_t handle) {
       id->last_attr = wire::cm_attr::kDreq;
       id->last_tid = id->tid;
       id->has_last = true;
-      send(*id, wire::cm_attr::kDreq, d.data(), id->tid, true);
+      send(*id, wire::cm_attr::kDreq, d.data(), id->tid);
       set_state(*id, State::kDreqSent);
       id->retries_left = timing_.max_cm_retries;
       id->resend_timeout = id->remote_response_timeout;
-      ++waiting_;
-      arm(*id, engine_.now() + resend_interval(id->resend_timeout));
+      arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout));
       return 0;
     }
     case State::kDreqReceived: {
@@ -522,7 +511,7 @@ int ConnectionManager::disconnect(uint64_t handle) {
       id->last_attr = wire::cm_attr::kDrep;
       id->last_tid = id->tid;
       id->has_last = true;
-      send(*id, wire::cm_attr::kDrep, d.data(), id->tid, false);
+      send(*id, wire::cm_attr::kDrep, d.data(), id->tid);
       enter_timewait(*id);
       return 0;
     }
@@ -627,9 +616,7 @@ bool ConnectionManager::addresses(uint64_t handle, Endpoint* src, Endpoint* dst)
 
 // ---- Sending ------------------------------------------------------------------------------------
 
-bool ConnectionManager::send(Id& id, uint16_t attr, const uint8_t* cm_data, uint64_t tid,
-                             bool keep) {
-  (void)keep;
+bool ConnectionManager::send(Id& id, uint16_t attr, const uint8_t* cm_data, uint64_t tid) {
   if (!id.have_path && !path_for(id)) return false;
   return send_to(id.path, attr, cm_data, tid);
 }
@@ -725,8 +712,8 @@ void ConnectionManager::on_timeout(Id& id) {
       if (id.retries_left > 0 && id.has_last) {
         --id.retries_left;
         ++stats_.resent;
-        send(id, id.last_attr, id.last.data(), id.last_tid, true);
-        arm(id, engine_.now() + resend_interval(id.resend_timeout));
+        send(id, id.last_attr, id.last.data(), id.last_tid);
+        arm(id, engine_.now() + wire::cm_timeout_ns(id.resend_timeout));
         return;
       }
       ++stats_.timeouts;
@@ -781,15 +768,12 @@ void ConnectionManager::on_mad(const GsiMad& m) {
 
 void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) {
   wire::CmReq r;
-  if (wire::CmReq::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   // A REQ we have seen: answer again with what we answered (our REP was lost), else ignore.
   if (Id* dup = by_remote(r.local_comm_id, m.sgid)) {
     ++stats_.drop_duplicate;
     if (dup->state == State::kRepSent && dup->has_last)
-      send(*dup, dup->last_attr, dup->last.data(), dup->last_tid, false);
+      send(*dup, dup->last_attr, dup->last.data(), dup->last_tid);
     return;
   }
   const auto sid = wire::decode_ip_service_id(r.service_id);
@@ -859,10 +843,7 @@ void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) 
 void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) {
   (void)tid;
   wire::CmRep r;
-  if (wire::CmRep::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.remote_comm_id);
   if (id == nullptr || id->dst.ip != m.sgid) {
     ++stats_.drop_unmatched;
@@ -872,7 +853,7 @@ void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) 
     // Our RTU was lost: send it again.
     ++stats_.drop_duplicate;
     if (id->has_last && id->last_attr == wire::cm_attr::kRtu)
-      send(*id, id->last_attr, id->last.data(), id->last_tid, false);
+      send(*id, id->last_attr, id->last.data(), id->last_tid);
     return;
   }
   if (id->state != State::kReqSent) {
@@ -895,10 +876,7 @@ void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) 
 
 void ConnectionManager::on_rtu(const GsiMad& m, const uint8_t* d) {
   wire::CmRtu r;
-  if (wire::CmRtu::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.remote_comm_id);
   if (id == nullptr || id->dst.ip != m.sgid || id->remote_comm_id != r.local_comm_id) {
     ++stats_.drop_unmatched;
@@ -916,10 +894,7 @@ void ConnectionManager::on_rtu(const GsiMad& m, const uint8_t* d) {
 
 void ConnectionManager::on_rej(const GsiMad& m, const uint8_t* d) {
   wire::CmRej r;
-  if (wire::CmRej::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.remote_comm_id);
   if (id == nullptr || id->dst.ip != m.sgid) {
     ++stats_.drop_unmatched;
@@ -956,10 +931,7 @@ void ConnectionManager::on_rej(const GsiMad& m, const uint8_t* d) {
 
 void ConnectionManager::on_mra(const GsiMad& m, const uint8_t* d) {
   wire::CmMra r;
-  if (wire::CmMra::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.remote_comm_id);
   if (id == nullptr || id->dst.ip != m.sgid) {
     ++stats_.drop_unmatched;
@@ -968,17 +940,14 @@ void ConnectionManager::on_mra(const GsiMad& m, const uint8_t* d) {
   // The peer needs longer: wait its service timeout (plus ours) before sending again.
   if (id->state == State::kReqSent || id->state == State::kRepSent) {
     id->resend_timeout = std::max(id->resend_timeout, r.service_timeout);
-    arm(*id, engine_.now() + resend_interval(id->resend_timeout) +
-                 resend_interval(r.service_timeout));
+    arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout) +
+                 wire::cm_timeout_ns(r.service_timeout));
   }
 }
 
 void ConnectionManager::on_dreq(const GsiMad& m, uint64_t tid, const uint8_t* d) {
   wire::CmDreq r;
-  if (wire::CmDreq::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.remote_comm_id);
   if (id == nullptr || id->dst.ip != m.sgid || id->remote_comm_id != r.local_comm_id) {
     ++stats_.drop_unmatched;
@@ -1007,7 +976,7 @@ void ConnectionManager::on_dreq(const GsiMad& m, uint64_t tid, const uint8_t* d)
       rep.local_comm_id = id->local_comm_id;
       rep.remote_comm_id = id->remote_comm_id;
       rep.emit(out);
-      send(*id, wire::cm_attr::kDrep, out.data(), tid, false);
+      send(*id, wire::cm_attr::kDrep, out.data(), tid);
       return;
     }
     default:
@@ -1018,10 +987,7 @@ void ConnectionManager::on_dreq(const GsiMad& m, uint64_t tid, const uint8_t* d)
 
 void ConnectionManager::on_drep(const GsiMad& m, const uint8_t* d) {
   wire::CmDrep r;
-  if (wire::CmDrep::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.remote_comm_id);
   if (id == nullptr || id->dst.ip != m.sgid || id->remote_comm_id != r.local_comm_id) {
     ++stats_.drop_unmatched;
@@ -1038,10 +1004,7 @@ void ConnectionManager::on_drep(const GsiMad& m, const uint8_t* d) {
 
 void ConnectionManager::on_sidr_req(const GsiMad& m, uint64_t tid, const uint8_t* d) {
   wire::CmSidrReq r;
-  if (wire::CmSidrReq::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   const auto sid = wire::decode_ip_service_id(r.service_id);
   if (!sid) {
     ++stats_.drop_not_ours;
@@ -1096,10 +1059,7 @@ void ConnectionManager::on_sidr_req(const GsiMad& m, uint64_t tid, const uint8_t
 
 void ConnectionManager::on_sidr_rep(const GsiMad& m, const uint8_t* d) {
   wire::CmSidrRep r;
-  if (wire::CmSidrRep::parse({d, wire::kCmDataLen}, r) != wire::ParseError::kOk) {
-    ++stats_.drop_malformed;
-    return;
-  }
+  if (!parse_cm(d, &r)) return;
   Id* id = by_local_comm_id(r.request_id);
   if (id == nullptr || id->dst.ip != m.sgid || id->state != State::kSidrSent) {
     ++stats_.drop_unmatched;

@@ -177,9 +177,15 @@ class ConnectionManager {
   void set_state(Id& id, State s);
   void arm(Id& id, uint64_t at);
   void recompute_deadline();
-  uint64_t resend_interval(uint8_t timeout) const;
   bool path_for(Id& id);
-  bool send(Id& id, uint16_t attr, const uint8_t* cm_data, uint64_t tid, bool keep);
+  bool send(Id& id, uint16_t attr, const uint8_t* cm_data, uint64_t tid);
+  /// Parses the CM data of a message; false (counted as malformed) if it does not parse.
+  template <typename T>
+  bool parse_cm(const uint8_t* d, T* out) {
+    if (T::parse({d, wire::kCmDataLen}, *out) == wire::ParseError::kOk) return true;
+    ++stats_.drop_malformed;
+    return false;
+  }
   bool send_to(const Path& path, uint16_t attr, const uint8_t* cm_data, uint64_t tid);
   void on_mad(const GsiMad& m);
   void on_req(const GsiMad& m, uint64_t tid, const uint8_t* d);
@@ -210,7 +216,6 @@ class ConnectionManager {
   std::unordered_map<uint64_t, std::unique_ptr<Id>> ids_;
   std::unordered_map<uint32_t, Id*> by_comm_id_;
   uint64_t next_deadline_ = UINT64_MAX;
-  size_t waiting_ = 0;  // ids with a timer or a resolution under way
   Stats stats_;
 };
 

@@ -50,6 +50,14 @@ struct EventPriv {
 
 IdPriv* priv(rdma_cm_id* id) { return reinterpret_cast<IdPriv*>(id); }
 
+/// Never returns: what a thread blocked on a file that can no longer deliver anything does.
+[[noreturn]] void block_forever() {
+  std::mutex m;
+  std::unique_lock<std::mutex> lock(m);
+  std::condition_variable never;
+  for (;;) never.wait(lock);
+}
+
 int fail(int e) {
   errno = e;
   return -1;
@@ -81,10 +89,23 @@ bool init() {
 ibv_context** ctxs() { return g_ctxs->data(); }
 int nctx() { return static_cast<int>(g_ctxs->size()); }
 
-IdPriv* by_handle(uint64_t h) {
+/// The id with handle `h`, with an event counted against it (so that rdma_destroy_id waits for
+/// its acknowledgement), or null if the id is being destroyed. Finding and counting happen
+/// under one lock: a destroy that has taken the id out of g_ids sees every count made.
+IdPriv* take_event(uint64_t h) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_ids->find(h);
-  return it == g_ids->end() ? nullptr : it->second;
+  if (it == g_ids->end()) return nullptr;
+  IdPriv* p = it->second;
+  std::lock_guard<std::mutex> plock(p->mu);
+  ++p->events_got;
+  return p;
+}
+
+__be16 port_of(const sockaddr* sa) {  // network order, 0 for no address
+  if (sa->sa_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(sa)->sin_port;
+  if (sa->sa_family == AF_INET6) return reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port;
+  return 0;
 }
 
 socklen_t sa_len(const sockaddr* sa) {
@@ -205,7 +226,10 @@ rdma_event_channel* rdma_create_event_channel(void) {
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
   uroce_cm_channel_destroy(channel->fd);
-  delete channel;
+  // The 4-byte struct is kept (fd -1), not freed: programs such as rping destroy the channel
+  // while their event thread is on its way back into rdma_get_cm_event, which then waits
+  // on (block_forever) instead of reading freed memory or failing the program.
+  channel->fd = -1;
 }
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
@@ -242,15 +266,16 @@ int rdma_destroy_id(rdma_cm_id* id) {
   if (id == nullptr) return fail(EINVAL);
   IdPriv* p = priv(id);
   {
-    // As librdmacm: wait until every event reported on the id has been acknowledged.
+    // No event is counted against the id from here on (take_event)...
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_ids->erase(p->handle);
+  }
+  {
+    // ...and, as librdmacm, it waits until every event reported on it has been acknowledged.
     std::unique_lock<std::mutex> lock(p->mu);
     p->cv.wait(lock, [p] { return p->events_acked >= p->events_got; });
   }
   uroce_cm_destroy_id(p->handle);
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_ids->erase(p->handle);
-  }
   if (p->sync) rdma_destroy_event_channel(id->channel);
   delete p;
   return 0;
@@ -321,23 +346,20 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
   // No CQs given: the id gets its own, each with a completion channel, as librdmacm makes
   // them (rdma_verbs.h's rdma_get_send_comp / rdma_get_recv_comp wait on those).
-  if (attr->send_cq == nullptr) {
-    id->send_cq_channel = ibv_create_comp_channel(id->verbs);
-    if (id->send_cq_channel == nullptr) return -1;
-    id->send_cq = ibv_create_cq(id->verbs, static_cast<int>(std::max(attr->cap.max_send_wr, 1u)),
-                                id, id->send_cq_channel, 0);
-    if (id->send_cq == nullptr) return -1;
-    attr->send_cq = id->send_cq;
+  auto own_cq = [id, p](uint32_t depth, ibv_comp_channel** ch, ibv_cq** cq) {
+    *ch = ibv_create_comp_channel(id->verbs);
+    if (*ch == nullptr) return false;
+    *cq = ibv_create_cq(id->verbs, static_cast<int>(std::max(depth, 1u)), id, *ch, 0);
     p->own_cqs = true;
+    return *cq != nullptr;
+  };
+  if (attr->send_cq == nullptr) {
+    if (!own_cq(attr->cap.max_send_wr, &id->send_cq_channel, &id->send_cq)) return -1;
+    attr->send_cq = id->send_cq;
   }
   if (attr->recv_cq == nullptr && attr->srq == nullptr) {
-    id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
-    if (id->recv_cq_channel == nullptr) return -1;
-    id->recv_cq = ibv_create_cq(id->verbs, static_cast<int>(std::max(attr->cap.max_recv_wr, 1u)),
-                                id, id->recv_cq_channel, 0);
-    if (id->recv_cq == nullptr) return -1;
+    if (!own_cq(attr->cap.max_recv_wr, &id->recv_cq_channel, &id->recv_cq)) return -1;
     attr->recv_cq = id->recv_cq;
-    p->own_cqs = true;
   }
   if (attr->srq == nullptr) attr->srq = id->srq;
   attr->qp_type = attr->qp_type == 0 ? id->qp_type : attr->qp_type;
@@ -494,8 +516,15 @@ int rdma_disconnect(rdma_cm_id* id) {
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return fail(EINVAL);
   for (;;) {
+    // A channel destroyed before or during the call (the application's other thread did it):
+    // wait on, as a read of the kernel's rdma_cm file does once it was begun.
+    const int fd = channel->fd;
+    if (fd < 0) block_forever();
     uroce_cm_event rec;
-    if (int r = uroce_cm_get_event(channel->fd, &rec); r != 0) return fail(r);
+    if (int r = uroce_cm_get_event(fd, &rec); r != 0) {
+      if (r == EBADF && channel->fd < 0) block_forever();
+      return fail(r);
+    }
     auto* e = new EventPriv;
     rdma_cm_event& ev = e->ev;
     ev.event = static_cast<rdma_cm_event_type>(rec.event);
@@ -503,7 +532,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     std::memcpy(e->pdata, rec.private_data, rec.private_data_len);
     IdPriv* p = nullptr;
     if (rec.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      IdPriv* l = by_handle(rec.listen_handle);
+      IdPriv* l = take_event(rec.listen_handle);
       if (l == nullptr) {
         uroce_cm_destroy_id(rec.handle);
         delete e;
@@ -524,7 +553,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
         rdma_create_qp(&p->id, l->id.pd, &a);
       }
     } else {
-      p = by_handle(rec.handle);
+      p = take_event(rec.handle);
       if (p == nullptr) {
         delete e;
         continue;
@@ -597,10 +626,6 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       ev.param.conn.srq = rec.param.srq;
       ev.param.conn.qp_num = rec.param.qp_num;
     }
-    {
-      std::lock_guard<std::mutex> lock(e->counted->mu);
-      ++e->counted->events_got;
-    }
     id->event = &ev;
     *event = &ev;
     return 0;
@@ -610,29 +635,20 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
 int rdma_ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return fail(EINVAL);
   auto* e = reinterpret_cast<EventPriv*>(event);
+  // Before the acknowledgement counts: from then on rdma_destroy_id may free the id.
+  if (event->id != nullptr && event->id->event == event) event->id->event = nullptr;
   if (IdPriv* p = e->counted) {
     std::lock_guard<std::mutex> lock(p->mu);
     ++p->events_acked;
     p->cv.notify_all();
   }
-  if (event->id != nullptr && event->id->event == event) event->id->event = nullptr;
   delete e;
   return 0;
 }
 
-__be16 rdma_get_src_port(rdma_cm_id* id) {
-  const sockaddr* sa = &id->route.addr.src_addr;
-  if (sa->sa_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(sa)->sin_port;
-  if (sa->sa_family == AF_INET6) return reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port;
-  return 0;
-}
+__be16 rdma_get_src_port(rdma_cm_id* id) { return port_of(&id->route.addr.src_addr); }
 
-__be16 rdma_get_dst_port(rdma_cm_id* id) {
-  const sockaddr* sa = &id->route.addr.dst_addr;
-  if (sa->sa_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(sa)->sin_port;
-  if (sa->sa_family == AF_INET6) return reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port;
-  return 0;
-}
+__be16 rdma_get_dst_port(rdma_cm_id* id) { return port_of(&id->route.addr.dst_addr); }
 
 ibv_context** rdma_get_devices(int* num_devices) {
   if (!init()) return nullptr;

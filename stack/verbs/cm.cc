@@ -181,6 +181,7 @@ void deliver(Runtime* rt, const cm::Event& e) {
     ch = c->second;
   }
   std::lock_guard<std::mutex> lock(ch->mu);
+  if (ch->fd < 0) return;  // destroyed meanwhile
   ch->q.push_back(out);
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t r = write(ch->fd, &one, sizeof one);
@@ -275,10 +276,18 @@ int uroce_cm_channel_create(void) {
 }
 
 void uroce_cm_channel_destroy(int fd) {
+  std::shared_ptr<Channel> ch;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    g_channels->erase(fd);
+    auto it = g_channels->find(fd);
+    if (it == g_channels->end()) return;
+    ch = it->second;
+    g_channels->erase(it);
   }
+  // A delivery that found the channel before it left g_channels writes under ch->mu: once
+  // fd is -1 nobody writes the number, which the kernel may hand out again after close.
+  std::lock_guard<std::mutex> lock(ch->mu);
+  ch->fd = -1;
   close(fd);
 }
 
@@ -287,7 +296,7 @@ int uroce_cm_get_event(int fd, uroce_cm_event* ev) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_channels->find(fd);
-    if (it == g_channels->end()) return EINVAL;
+    if (it == g_channels->end()) return EBADF;  // as a read of a closed descriptor
     ch = it->second;
   }
   for (;;) {
@@ -296,8 +305,13 @@ int uroce_cm_get_event(int fd, uroce_cm_event* ev) {
       if (errno == EINTR) continue;
       return errno;
     }
-    std::lock_guard<std::mutex> lock(ch->mu);
-    if (ch->q.empty()) continue;  // an event of an id destroyed meanwhile
+    std::unique_lock<std::mutex> lock(ch->mu);
+    if (ch->q.empty()) {
+      // The event that woke us belonged to an id destroyed meanwhile. If the channel is gone
+      // too, its fd number may already name something else: never read it again.
+      if (ch->fd < 0) return EBADF;  // the caller waits on (see rdma_get_cm_event)
+      continue;
+    }
     *ev = ch->q.front();
     ch->q.pop_front();
     return 0;

@@ -19,16 +19,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-ip netns add "$nsA"; ip netns add "$nsB"
-ip link add "${tag}va" type veth peer name "${tag}vb"
-ip link set "${tag}va" netns "$nsA"; ip link set "${tag}vb" netns "$nsB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "${tag}va" up; ip -n "$nsB" link set "${tag}vb" up
-ip -n "$nsA" addr add 10.97.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.97.0.2/24 dev "${tag}vb"
-ip -n "$nsA" addr add fd00:97::1/64 dev "${tag}va" nodad
-ip -n "$nsB" addr add fd00:97::2/64 dev "${tag}vb" nodad
-
-. "$(dirname "$0")/../../tools/lib/netns.sh"  # wait_listen NS PORT
+. "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_pair, wait_listen
+ns_pair "$tag" 10.97.0.1/24 10.97.0.2/24 fd00:97::1/64 fd00:97::2/64
 
 # An rdma_cm server reserves its port with a kernel socket (TCP listening for RDMA_PS_TCP, UDP
 # bound for RDMA_PS_UDP): waiting for it to show is waiting for rdma_listen.

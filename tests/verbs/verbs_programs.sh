@@ -17,17 +17,9 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-ip netns add "$nsA"; ip netns add "$nsB"
-ip link add "${tag}va" type veth peer name "${tag}vb"
-ip link set "${tag}va" netns "$nsA"; ip link set "${tag}vb" netns "$nsB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "${tag}va" up; ip -n "$nsB" link set "${tag}vb" up
-ip -n "$nsA" addr add 10.95.0.1/24 dev "${tag}va"; ip -n "$nsB" addr add 10.95.0.2/24 dev "${tag}vb"
-# A global IPv6 address too (GID index 2; nodad: usable at once), in these namespaces only.
-ip -n "$nsA" addr add fd00:95::1/64 dev "${tag}va" nodad
-ip -n "$nsB" addr add fd00:95::2/64 dev "${tag}vb" nodad
-
-. "$(dirname "$0")/../../tools/lib/netns.sh"  # wait_listen NS: the server in NS is listening
+. "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_pair, wait_listen
+# Both ends have an IPv4 address and a global IPv6 one (GID index 2), in these namespaces only.
+ns_pair "$tag" 10.95.0.1/24 10.95.0.2/24 fd00:95::1/64 fd00:95::2/64
 
 run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
   local name=$1; shift

@@ -16,6 +16,23 @@ veth_ns() {
   [ -z "${3:-}" ] || ip -n "$ns" addr add "$3" dev "${ns}b"
 }
 
+# ns_pair TAG ADDR4_A ADDR4_B ADDR6_A ADDR6_B: namespaces TAGa and TAGb joined by a veth pair
+# (TAGva in TAGa, TAGvb in TAGb), all up, each end with its IPv4 address (e.g. 10.95.0.1/24)
+# and a global IPv6 address (nodad: usable at once).
+ns_pair() {
+  local tag=$1
+  ip netns add "${tag}a"; ip netns add "${tag}b"
+  ip link add "${tag}va" type veth peer name "${tag}vb"
+  ip link set "${tag}va" netns "${tag}a"; ip link set "${tag}vb" netns "${tag}b"
+  for s in a b; do
+    ip -n "${tag}$s" link set lo up
+    ip -n "${tag}$s" link set "${tag}v$s" up
+  done
+  ip -n "${tag}a" addr add "$2" dev "${tag}va"; ip -n "${tag}b" addr add "$3" dev "${tag}vb"
+  ip -n "${tag}a" addr add "$4" dev "${tag}va" nodad
+  ip -n "${tag}b" addr add "$5" dev "${tag}vb" nodad
+}
+
 # wait_listen NS [PORT] [PID]: waits up to 20 s until something in namespace NS listens on TCP
 # PORT (default 18515, perftest's and the pingpongs' exchange port), so a slow start (DPDK init
 # on a busy machine) cannot make the client give up. Stops early if process PID ends. Returns 1
