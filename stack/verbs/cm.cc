@@ -472,11 +472,10 @@ int uroce_cm_resolve_route(uint64_t h) {
   return on_device(h, [h](cm::ConnectionManager* c) { return c->resolve_route(h); });
 }
 
-int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
+namespace {
+int listen_on(uint64_t h, ibv_context** devs, int n, int backlog) {
   IdRec rec;
   if (!lookup(h, &rec) || rec.port_fd < 0) return EINVAL;
-  // The reservation listens too (TCP port spaces), so that `ss -ltn` shows who has the port.
-  if (rec.ps != wire::kRdmaPsUdp) listen(rec.port_fd, 1);
   cm::Endpoint ep;
   to_endpoint(reinterpret_cast<const sockaddr*>(&rec.bound), &ep);
   if (rec.devs.empty()) {
@@ -501,6 +500,16 @@ int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
     return 0;
   }
   return on_device(h, [&](cm::ConnectionManager* c) { return c->listen(h, backlog); });
+}
+}  // namespace
+
+int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
+  if (const int r = listen_on(h, devs, n, backlog); r != 0) return r;
+  // Once the CM listens, the reservation listens too (TCP port spaces): `ss -ltn` then shows
+  // who has the port, and that requests for it are taken.
+  IdRec rec;
+  if (lookup(h, &rec) && rec.ps != wire::kRdmaPsUdp) listen(rec.port_fd, 1);
+  return 0;
 }
 
 namespace {
