@@ -279,16 +279,18 @@ void Engine::retire_sq(Qp* qp) {
   while (!qp->sq.empty() && qp->sq.head_index() < qp->sq_assigned_end) {
     SendWqe& w = qp->sq.front();
     if (w.state != WqeState::kDone) break;
-    if (w.signaled || w.status != IBV_WC_SUCCESS) {
-      ibv_wc wc{};
-      wc.wr_id = w.wr_id;
-      wc.status = w.status;
-      wc.opcode = send_wc_opcode(w.opcode);
-      wc.byte_len = w.length;
-      wc.qp_num = qp->qpn;
-      push_cqe(qp->send_cq, wc, qp);
-    }
+    const bool report = w.signaled || w.status != IBV_WC_SUCCESS;
+    ibv_wc wc{};
+    wc.wr_id = w.wr_id;
+    wc.status = w.status;
+    wc.opcode = send_wc_opcode(w.opcode);
+    wc.byte_len = w.length;
+    wc.qp_num = qp->qpn;
+    // The slot is free before the completion is visible: an application that polls it on
+    // another thread and posts at once (perftest keeps exactly tx_depth WRs posted) must
+    // find room, or its post fails with ENOMEM.
     qp->sq.pop();
+    if (report) push_cqe(qp->send_cq, wc, qp);
   }
   if (qp->sq_cursor < qp->sq.head_index()) qp->sq_cursor = qp->sq.head_index();
 }

@@ -634,8 +634,10 @@ void Engine::flush_qp(Qp* qp) {
     wc.qp_num = qp->qpn;
     if (wc.status == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
     // Successful WQEs still owed a completion keep their signalling; errors always complete.
-    if (wc.status != IBV_WC_SUCCESS || w.signaled) push_cqe(qp->send_cq, wc, nullptr);
+    // The slot is freed before the completion shows (as in retire_sq).
+    const bool report = wc.status != IBV_WC_SUCCESS || w.signaled;
     qp->sq.pop();
+    if (report) push_cqe(qp->send_cq, wc, nullptr);
   }
   qp->sq_cursor = qp->sq_assigned_end = qp->sq.head_index();
   qp->rd_atomic_outstanding = 0;
