@@ -63,8 +63,10 @@ struct ConnectionManager::Id {
   uint64_t tid = 0;            // of the exchange in progress
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
-  uint32_t local_psn = 0;      // our QP's first send PSN
-  uint32_t remote_psn = 0;     // the peer's first send PSN (our receive PSN)
+  // A REQ's or REP's starting PSN is the PSN its sender's QP expects to receive first (the
+  // kernel's ib_cm: the active side sends from the REP's PSN, the passive from the REQ's).
+  uint32_t local_psn = 0;      // ours: our QP's first receive PSN, the peer's first send PSN
+  uint32_t remote_psn = 0;     // the peer's: its first receive PSN, our first send PSN
   ibv_mtu mtu = IBV_MTU_1024;
   ConnParam param;             // ours (after negotiation)
   uint8_t remote_response_timeout = 20;
@@ -562,7 +564,7 @@ int ConnectionManager::init_qp_attr(uint64_t handle, ibv_qp_attr* attr, int* mas
       attr->ah_attr.grh.traffic_class = id->tos;
       attr->path_mtu = id->mtu;
       attr->dest_qp_num = id->remote_qpn;
-      attr->rq_psn = id->remote_psn;
+      attr->rq_psn = id->local_psn;
       *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
       if (id->type == IBV_QPT_RC) {
         attr->max_dest_rd_atomic = id->param.responder_resources;
@@ -571,7 +573,7 @@ int ConnectionManager::init_qp_attr(uint64_t handle, ibv_qp_attr* attr, int* mas
       }
       return 0;
     case IBV_QPS_RTS:
-      attr->sq_psn = id->type == IBV_QPT_UD ? 0 : id->local_psn;
+      attr->sq_psn = id->type == IBV_QPT_UD ? 0 : id->remote_psn;
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       if (id->type == IBV_QPT_RC) {
         attr->timeout = id->ack_timeout;

@@ -131,7 +131,7 @@ class ConnectionManager {
   int resolve_addr(uint64_t handle, const Endpoint& src, const Endpoint& dst, int timeout_ms);
   int resolve_route(uint64_t handle);
   int listen(uint64_t handle, int backlog);
-  /// Sends REQ (RC/UC) or SIDR_REQ (UD). `psn` is the QP's first send PSN.
+  /// Sends REQ (RC/UC) or SIDR_REQ (UD), its starting PSN (our first receive PSN) random.
   int connect(uint64_t handle, const ConnParam& p, const uint8_t* pdata, uint8_t len);
   int accept(uint64_t handle, const ConnParam& p, const uint8_t* pdata, uint8_t len);
   int reject(uint64_t handle, const uint8_t* pdata, uint8_t len, uint16_t reason = 28);

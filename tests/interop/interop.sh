@@ -145,7 +145,8 @@ guest_cancel() {
 
 # guest_script N CMD PORT: the job that runs CMD in the guest: netem set up first, the program
 # bounded by CASE_TIMEOUT and stopped early when the host cancels the job; job.N.listening
-# appears once something listens on TCP PORT (servers).
+# appears once something listens on PORT (servers): a TCP socket, or an rdma_cm id (the
+# kernel's rdma_cm listens without a socket; `rdma res show cm_id` lists it).
 guest_script() {
   local n=$1 cmd=$2 port=$3
   cat <<EOF
@@ -156,7 +157,7 @@ p=\$!
 ( while kill -0 \$p 2>/dev/null; do [ -e /host/job.$n.cancel ] && kill \$p; sleep 0.2; done ) &
 EOF
   [ "$port" = 0 ] || cat <<EOF
-for i in \$(seq 600); do ss -Hltn 'sport = :$port' | grep -q . && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
+for i in \$(seq 600); do ss -Hltn 'sport = :$port' | grep -q . && break; rdma res show cm_id 2>/dev/null | grep -q "LISTEN.*:$port " && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
 touch /host/job.$n.listening
 EOF
   echo 'wait $p'
@@ -201,6 +202,11 @@ lossy1_read_lat|both|ib_read_lat -s 4096 -n 300 -m 4096|loss 1%|loss=0.01,seed=2
 reorder_srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c|delay 1ms reorder 95%|reorder=0.05,window=4,seed=17
 reorder_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=18
 reorder_verify|both|rdma_verify -s 10000 -n 30 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=22
+cm_rping|both|rping -C 20 -S 1024 -v||
+cm_send_bw|both|ib_send_bw -R -s 4096 -n 300||
+cm_write_bw|both|ib_write_bw -R -s 65536 -n 100||
+lossy5_cm_rping|both|rping -C 100 -S 4000 -v|loss 5%|loss=0.05,seed=31
+lossy5_cm_send_bw|both|ib_send_bw -R -s 16384 -n 200|loss 5%|loss=0.05,seed=32
 EOF
 )
 
@@ -219,6 +225,9 @@ uroce_cmd() {
 }
 
 result_line() {  # the figure a program prints (pingpong: "iters in"; perftest: the table row)
+  local pings
+  pings=$(grep -c '^ping data: rdma-ping-' "$1" || true)  # rping -c -v: one line per ping
+  if [ "$pings" -gt 0 ]; then echo "$pings pings verified"; return; fi
   grep -E 'iters in|^ +[0-9]+ +[0-9]+ +[0-9.]+|verified' "$1" | tail -1 | tr -s ' \t' ' ' || true
 }
 
@@ -244,9 +253,18 @@ cmd_case() {
     cp "$VERIFY" "$VMDIR/rdma_verify"
     local rest=${prog#rdma_verify}
     uargs="$VERIFY$rest -d uroce0 -g 1 -p $port"; gargs="/host/rdma_verify$rest -d rxe0 -g \$RXE_GID -p $port"
+  elif [ "$tool" = rping ]; then
+    # rdma_cm: the address is an option, the device and GID come from the route.
+    local srv=$VM_IP; [ "$dir" = k2u ] && srv=$HOST_IP
+    if [ "$dir" = u2k ]; then
+      uargs="$prog -c -a $srv -p $port"; gargs="$prog -s -a $srv -p $port"
+    else
+      uargs="$prog -s -a $srv -p $port"; gargs="$prog -c -a $srv -p $port"
+    fi
   else
     uargs="$prog -d uroce0 -g 1 -p $port"; gargs="$prog -d rxe0 -g \$RXE_GID -p $port"
   fi
+  local client_addr=1; [ "$tool" = rping ] && client_addr=""  # rping names it with -a
   say "$want: uroce $([ "$dir" = u2k ] && echo client || echo server) ↔ rdma_rxe $([ "$dir" = u2k ] && echo server || echo client)${netem:+, guest netem $netem}${fault:+, uroce fault $fault}"
   local urc=0 grc=0
   if [ "$dir" = u2k ]; then
@@ -254,7 +272,7 @@ cmd_case() {
     guest_job "$n" "$(guest_script "$n" "$gargs" "$port")"
     for _ in $(seq 900); do [ -e "$VMDIR/job.$n.listening" ] || [ -e "$VMDIR/job.$n.rc" ] && break; sleep 0.1; done
     # shellcheck disable=SC2086
-    uroce_cmd "$fault" "$pcap" $uargs $VM_IP > "$ulog" 2>&1 || urc=$?
+    uroce_cmd "$fault" "$pcap" $uargs ${client_addr:+$VM_IP} > "$ulog" 2>&1 || urc=$?
     [ $urc -eq 0 ] || guest_cancel "$n" || true  # a failed client leaves the server waiting
     guest_wait "$n" || grc=$?
   else
@@ -263,7 +281,7 @@ cmd_case() {
     uroce_cmd "$fault" "$pcap" $uargs > "$ulog" 2>&1 &
     local up=$!
     wait_listen $NS "$port" "$up" || true  # if it died, the kernel client reports the failure
-    guest_job "$n" "$(guest_script "$n" "$gargs $HOST_IP" 0)"
+    guest_job "$n" "$(guest_script "$n" "$gargs${client_addr:+ $HOST_IP}" 0)"
     guest_wait "$n" || grc=$?
     [ $grc -eq 0 ] || kill "$up" 2>/dev/null || true  # a failed client leaves the server waiting
     wait $up || urc=$?
