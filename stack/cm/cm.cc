@@ -320,6 +320,8 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     r.responder_resources = p.responder_resources;
     r.initiator_depth = p.initiator_depth;
     r.remote_cm_response_timeout = timing_.cm_response_timeout;
+    // The time both sides give a MAD of this connection for an answer (a DREQ too).
+    id->remote_response_timeout = r.remote_cm_response_timeout;
     r.transport_service_type = id->type == IBV_QPT_UC ? kTransportUc : kTransportRc;
     r.end_to_end_flow_control = p.flow_control != 0;
     id->local_psn = static_cast<uint32_t>(rng_()) & 0xFFFFFF;

@@ -144,7 +144,6 @@ class ConnectionManager {
   int init_qp_attr(uint64_t handle, ibv_qp_attr* attr, int* mask) const;
   void set_tos(uint64_t handle, uint8_t tos);
   void set_ack_timeout(uint64_t handle, uint8_t t);
-  /// The first PSN of the id's QP (set at connect / accept; the shim's RTS uses it).
   State state(uint64_t handle) const;
   /// The GID index and path MTU the id resolved to (for the verbs side).
   int sgid_index(uint64_t handle) const;

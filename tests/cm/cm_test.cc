@@ -1,0 +1,490 @@
+// The connection manager end to end: two engines on an in-memory link, each with its own
+// ConnectionManager, driven by an injected clock. Each side's transmissions pass a tap that
+// records them, drops chosen ones (lost MADs) and injects others (replayed, forged or
+// malformed MADs, as an attacker on the link would send them).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cm/cm.h"
+#include "../engine/harness.h"
+#include "wire/icrc.h"
+
+namespace uroce::test {
+namespace {
+
+using cm::ConnectionManager;
+using cm::Endpoint;
+using cm::Event;
+
+// A CM MAD in an untagged IPv4 frame: Ethernet 14, IPv4 20, UDP 8, BTH 12, DETH 8, then the
+// 256-byte MAD (its 24-byte header, then the CM data) and the ICRC.
+constexpr size_t kMadOff = 14 + 20 + 8 + 12 + 8;
+constexpr size_t kCmOff = kMadOff + wire::MadHeader::kLen;
+constexpr size_t kQkeyOff = 14 + 20 + 8 + 12;
+
+/// What a side puts on the link, recorded; `drop` loses frames, `inject` sends extra ones.
+class TapPort final : public Port {
+ public:
+  explicit TapPort(Port& inner) : inner_(inner) {}
+  uint16_t rx_burst(uint64_t now, std::span<Frame*> out) override {
+    return inner_.rx_burst(now, out);
+  }
+  uint16_t tx_burst(uint64_t now, std::span<Frame* const> frames) override {
+    for (Frame* f : frames) {
+      std::vector<uint8_t> bytes(f->data, f->data + f->len);
+      if (drop && drop(bytes)) {
+        inner_.free_frame(f);
+        ++dropped;
+      } else {
+        inner_.tx_burst(now, {&f, 1});
+      }
+      sent.push_back(std::move(bytes));
+    }
+    return static_cast<uint16_t>(frames.size());
+  }
+  Frame* alloc_frame() override { return inner_.alloc_frame(); }
+  void free_frame(Frame* f) override { inner_.free_frame(f); }
+  uint32_t max_frame_len() const override { return inner_.max_frame_len(); }
+  std::array<uint8_t, 6> mac() const override { return inner_.mac(); }
+
+  /// Puts `bytes` on the link as if this side had sent them.
+  void inject(const std::vector<uint8_t>& bytes) {
+    Frame* f = inner_.alloc_frame();
+    ASSERT_NE(f, nullptr);
+    std::memcpy(f->data, bytes.data(), bytes.size());
+    f->len = static_cast<uint32_t>(bytes.size());
+    inner_.tx_burst(0, {&f, 1});
+  }
+
+  std::function<bool(const std::vector<uint8_t>&)> drop;
+  std::vector<std::vector<uint8_t>> sent;
+  int dropped = 0;
+
+ private:
+  Port& inner_;
+};
+
+bool is_mad(const std::vector<uint8_t>& f) {
+  return f.size() == kMadOff + wire::kMadLen + 4 && f[14 + 20 + 8 + 4] == 0 &&
+         f[14 + 20 + 8 + 5] == 0 && f[14 + 20 + 8 + 6] == 0 && f[14 + 20 + 8 + 7] == 1;
+}
+uint16_t mad_attr(const std::vector<uint8_t>& f) {
+  return static_cast<uint16_t>(f[kMadOff + 16] << 8 | f[kMadOff + 17]);
+}
+/// The first frame in `frames` carrying CM message `attr`.
+std::vector<uint8_t> find_mad(const std::vector<std::vector<uint8_t>>& frames, uint16_t attr) {
+  for (const auto& f : frames)
+    if (is_mad(f) && mad_attr(f) == attr) return f;
+  ADD_FAILURE() << "no MAD with attribute " << attr;
+  return {};
+}
+/// Recomputes the ICRC after a test edits a frame (the edit must reach the CM, not die there).
+void reseal(std::vector<uint8_t>& f) {
+  const size_t l3 = f.size() - 14 - 4;
+  wire::store_icrc(&f[f.size() - 4], wire::icrc_compute({&f[14], l3}, false, 20));
+}
+/// Drops the first `n` MADs with attribute `attr`.
+std::function<bool(const std::vector<uint8_t>&)> lose(uint16_t attr, int n = 1) {
+  auto left = std::make_shared<int>(n);
+  return [attr, left](const std::vector<uint8_t>& f) {
+    if (!is_mad(f) || mad_attr(f) != attr || *left == 0) return false;
+    --*left;
+    return true;
+  };
+}
+
+constexpr uint16_t kPort = 7471;
+constexpr uint64_t kListen = 100;  // B's listener
+constexpr uint64_t kActive = 200;  // A's id
+
+struct CmFixture : ::testing::Test {
+  CmFixture()
+      : ta(link.a()), tb(link.b()), a(ta, kIpA, 11), b(tb, kIpB, 12) {
+    a.engine->set_neighbor(wire::ipv4_mapped_gid(kIpB), link.b().mac());
+    b.engine->set_neighbor(wire::ipv4_mapped_gid(kIpA), link.a().mac());
+    timing.cm_response_timeout = 8;  // 4.096 us * 2^8 = 1.05 ms between resends
+    timing.max_cm_retries = 3;
+    timing.timewait_ns = 5'000'000;
+  }
+  void start_cms(bool with_b = true) {
+    cma = std::make_unique<ConnectionManager>(
+        *a.engine, [this](const Event& e) { ev_a.push_back(e); },
+        [this] { return next_a++; }, 21, timing);
+    if (with_b)
+      cmb = std::make_unique<ConnectionManager>(
+          *b.engine, [this](const Event& e) { ev_b.push_back(e); },
+          [this] { return next_b++; }, 22, timing);
+  }
+  Endpoint ep(const wire::Ipv4Addr& ip, uint16_t port) {
+    return {wire::ipv4_mapped_gid(ip), port};
+  }
+  /// Polls engines and CMs, jumping over idle time to the next timer.
+  bool run(const std::function<bool()>& done, uint64_t max_ns = 1'000'000'000) {
+    const uint64_t end = now + max_ns;
+    while (now < end) {
+      if (done()) return true;
+      a.engine->poll(now);
+      b.engine->poll(now);
+      if (cma) cma->poll();
+      if (cmb) cmb->poll();
+      if (done()) return true;  // the application acts on an event before time moves on
+      if (link.in_flight() == 0 && !a.engine->has_tx_work() && !b.engine->has_tx_work()) {
+        uint64_t next = std::min(a.engine->next_deadline(), b.engine->next_deadline());
+        if (cma) next = std::min(next, cma->next_deadline());
+        if (cmb) next = std::min(next, cmb->next_deadline());
+        if (next == TimerWheel::kNever) return done();
+        now = std::max(now + 1000, next);
+      } else {
+        now += 1000;
+      }
+    }
+    return done();
+  }
+  static const Event* last(const std::vector<Event>& v, int type) {
+    for (auto it = v.rbegin(); it != v.rend(); ++it)
+      if (it->type == type) return &*it;
+    return nullptr;
+  }
+  bool has(const std::vector<Event>& v, int type) const { return last(v, type) != nullptr; }
+  /// Moves `qp` to `state` with the attributes the CM gives for id `h`.
+  void move(ConnectionManager& m, Side& s, Qp* qp, uint64_t h, ibv_qp_state state) {
+    ibv_qp_attr at{};
+    at.qp_state = state;
+    int mask = 0;
+    ASSERT_EQ(m.init_qp_attr(h, &at, &mask), 0);
+    ASSERT_EQ(s.engine->modify_qp(qp, &at, mask), 0) << "to state " << state;
+  }
+  /// B listens on kPort; A resolves B and sends its REQ.
+  void listen_and_connect(uint16_t to_port = kPort, ibv_qp_type type = IBV_QPT_RC,
+                          uint16_t ps = wire::kRdmaPsTcp) {
+    ASSERT_EQ(cmb->create(kListen, ps, type), 0);
+    ASSERT_EQ(cmb->bind(kListen, ep(kIpB, kPort)), 0);
+    ASSERT_EQ(cmb->listen(kListen, 8), 0);
+    ASSERT_EQ(cma->create(kActive, ps, type), 0);
+    ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), ep(kIpB, to_port), 2000), 0);
+    ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
+    ASSERT_EQ(cma->resolve_route(kActive), 0);
+    ASSERT_TRUE(has(ev_a, cm::kRouteResolved));
+    QpOptions o;
+    o.type = type;
+    qa = make_qp(a, o);
+    move(*cma, a, qa, kActive, IBV_QPS_INIT);
+    cm::ConnParam p;
+    p.qp_num = qa->qpn;
+    p.responder_resources = 4;
+    p.initiator_depth = 4;
+    const uint8_t hello[] = {'h', 'i'};
+    ASSERT_EQ(cma->connect(kActive, p, hello, sizeof hello), 0);
+  }
+  /// The passive side's new id, once its CONNECT_REQUEST came.
+  uint64_t accept_request() {
+    EXPECT_TRUE(run([&] { return has(ev_b, cm::kConnectRequest); }));
+    const Event* req = last(ev_b, cm::kConnectRequest);
+    if (req == nullptr) return 0;
+    EXPECT_EQ(req->listen_handle, kListen);
+    const uint64_t h = req->handle;
+    qb = make_qp(b, {});
+    move(*cmb, b, qb, h, IBV_QPS_INIT);
+    move(*cmb, b, qb, h, IBV_QPS_RTR);
+    move(*cmb, b, qb, h, IBV_QPS_RTS);
+    cm::ConnParam p;
+    p.qp_num = qb->qpn;
+    p.responder_resources = 4;
+    p.initiator_depth = 4;
+    EXPECT_EQ(cmb->accept(h, p, nullptr, 0), 0);
+    return h;
+  }
+  /// A: CONNECT_RESPONSE, QP to RTS, RTU out.
+  void establish_active() {
+    ASSERT_TRUE(run([&] { return has(ev_a, cm::kConnectResponse); }));
+    move(*cma, a, qa, kActive, IBV_QPS_RTR);
+    move(*cma, a, qa, kActive, IBV_QPS_RTS);
+    ASSERT_EQ(cma->establish(kActive), 0);
+  }
+  /// A full connection: returns B's id.
+  uint64_t connect_all() {
+    listen_and_connect();
+    const uint64_t hb = accept_request();
+    establish_active();
+    EXPECT_TRUE(run([&] { return has(ev_b, cm::kEstablished); }));
+    return hb;
+  }
+  /// A SEND from `from` to `to` arrives intact (so the QPs agree on PSNs and addresses).
+  void send_through(Side& from, Qp* qf, Side& to, Qp* qt, uint8_t fill) {
+    std::vector<uint8_t> src(3000, fill), dst(4096, 0);
+    mem::Mr* smr = from.reg(src, IBV_ACCESS_LOCAL_WRITE);
+    mem::Mr* dmr = to.reg(dst, IBV_ACCESS_LOCAL_WRITE);
+    ibv_sge rs{reinterpret_cast<uint64_t>(dst.data()), 4096, dmr->key};
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 1;
+    rwr.sg_list = &rs;
+    rwr.num_sge = 1;
+    ASSERT_EQ(to.engine->post_recv(qt, &rwr, nullptr), 0);
+    ibv_sge ss{reinterpret_cast<uint64_t>(src.data()), 3000, smr->key};
+    ibv_send_wr swr{};
+    swr.wr_id = 2;
+    swr.sg_list = &ss;
+    swr.num_sge = 1;
+    swr.opcode = IBV_WR_SEND;
+    swr.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(from.engine->post_send(qf, &swr, nullptr), 0);
+    std::vector<ibv_wc> wf, wt;
+    ASSERT_TRUE(run([&] {
+      for (auto& w : drain(from)) wf.push_back(w);
+      for (auto& w : drain(to)) wt.push_back(w);
+      return !wf.empty() && !wt.empty();
+    }));
+    EXPECT_EQ(wf[0].status, IBV_WC_SUCCESS);
+    ASSERT_EQ(wt[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wt[0].byte_len, 3000u);
+    EXPECT_EQ(dst[0], fill);
+    EXPECT_EQ(dst[2999], fill);
+  }
+  uint64_t counter(Side& s, Counter c) { return s.engine->counters().get(c); }
+
+  drivers::MemLink link;
+  TapPort ta, tb;
+  Side a, b;
+  ConnectionManager::Timing timing;
+  std::unique_ptr<ConnectionManager> cma, cmb;
+  std::vector<Event> ev_a, ev_b;
+  uint64_t next_a = 2000, next_b = 1000;
+  uint64_t now = 1'000'000;
+  Qp* qa = nullptr;
+  Qp* qb = nullptr;
+};
+
+TEST_F(CmFixture, ConnectsAndCarriesDataBothWays) {
+  start_cms();
+  const uint64_t hb = connect_all();
+  EXPECT_EQ(cma->state(kActive), cm::State::kEstablished);
+  EXPECT_EQ(cmb->state(hb), cm::State::kEstablished);
+  // The private data reached the passive side behind rdma_cm's IP header.
+  const Event* req = last(ev_b, cm::kConnectRequest);
+  ASSERT_EQ(req->pdata_len, wire::CmReq::kPrivateLen - wire::CmaIpHeader::kLen);
+  EXPECT_EQ(req->pdata[0], 'h');
+  EXPECT_EQ(req->pdata[1], 'i');
+  EXPECT_EQ(req->param.qp_num, qa->qpn);
+  EXPECT_EQ(last(ev_a, cm::kConnectResponse)->param.qp_num, qb->qpn);
+  // A starting PSN is what its sender expects to receive: the REQ's is A's receive PSN and
+  // B's send PSN, the REP's the other way round (as the kernel's ib_cm reads them).
+  wire::CmReq wreq;
+  ASSERT_EQ(wire::CmReq::parse({&find_mad(ta.sent, wire::cm_attr::kReq)[kCmOff],
+                                wire::kCmDataLen}, wreq), wire::ParseError::kOk);
+  wire::CmRep wrep;
+  ASSERT_EQ(wire::CmRep::parse({&find_mad(tb.sent, wire::cm_attr::kRep)[kCmOff],
+                                wire::kCmDataLen}, wrep), wire::ParseError::kOk);
+  ibv_qp_attr at{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(a.engine->query_qp(qa, &at, IBV_QP_RQ_PSN | IBV_QP_SQ_PSN, &ia), 0);
+  EXPECT_EQ(at.rq_psn, wreq.starting_psn);
+  EXPECT_EQ(at.sq_psn, wrep.starting_psn);
+  ASSERT_EQ(b.engine->query_qp(qb, &at, IBV_QP_RQ_PSN | IBV_QP_SQ_PSN, &ia), 0);
+  EXPECT_EQ(at.rq_psn, wrep.starting_psn);
+  EXPECT_EQ(at.sq_psn, wreq.starting_psn);
+  send_through(a, qa, b, qb, 0xA5);
+  send_through(b, qb, a, qa, 0x5A);
+  EXPECT_EQ(cma->stats().mads_tx, 2u);  // REQ, RTU
+  EXPECT_EQ(cmb->stats().mads_tx, 1u);  // REP
+  EXPECT_EQ(cma->stats().resent + cmb->stats().resent, 0u);
+}
+
+TEST_F(CmFixture, LostReqIsSentAgainAfterTheResponseTimeout) {
+  start_cms();
+  ta.drop = lose(wire::cm_attr::kReq);
+  listen_and_connect();
+  const uint64_t t0 = now;
+  accept_request();
+  EXPECT_GE(now - t0, wire::cm_timeout_ns(timing.cm_response_timeout));
+  establish_active();
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kEstablished); }));
+  EXPECT_EQ(ta.dropped, 1);
+  EXPECT_EQ(cma->stats().resent, 1u);
+  send_through(a, qa, b, qb, 1);
+}
+
+TEST_F(CmFixture, LostRepBringsTheReqAgainWhichIsAnsweredWithTheSameRep) {
+  start_cms();
+  tb.drop = lose(wire::cm_attr::kRep);
+  listen_and_connect();
+  accept_request();
+  establish_active();
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kEstablished); }));
+  // One connection request only: the second REQ was recognised as the first one again.
+  int requests = 0;
+  for (const Event& e : ev_b) requests += e.type == cm::kConnectRequest;
+  EXPECT_EQ(requests, 1);
+  EXPECT_GE(cmb->stats().drop_duplicate, 1u);
+  EXPECT_EQ(tb.dropped, 1);
+  send_through(b, qb, a, qa, 2);
+}
+
+TEST_F(CmFixture, LostRtuBringsTheRepAgainWhichIsAnsweredWithTheRtu) {
+  start_cms();
+  ta.drop = lose(wire::cm_attr::kRtu);
+  const uint64_t hb = connect_all();
+  EXPECT_EQ(cmb->state(hb), cm::State::kEstablished);
+  EXPECT_EQ(cmb->stats().resent, 1u);          // the REP
+  EXPECT_GE(cma->stats().drop_duplicate, 1u);  // which A answered with its RTU again
+  send_through(a, qa, b, qb, 3);
+}
+
+TEST_F(CmFixture, ConnectingToAPortNobodyHoldsIsRejectedAsInvalidServiceId) {
+  start_cms();
+  cmb->set_unowned([](uint16_t, uint16_t port, const wire::Gid&) { return port == 9999; });
+  listen_and_connect(9999);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kRejected); }));
+  EXPECT_EQ(last(ev_a, cm::kRejected)->status, 8);  // IBA's "invalid service ID"
+  EXPECT_FALSE(has(ev_b, cm::kConnectRequest));
+  EXPECT_EQ(cmb->stats().rejects_sent, 1u);
+  EXPECT_EQ(cma->state(kActive), cm::State::kClosed);
+}
+
+TEST_F(CmFixture, AServiceAnotherProcessMayHoldIsLeftAloneAndTheClientTimesOut) {
+  start_cms();  // no unowned callback: the port may belong to another process
+  listen_and_connect(9999);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kUnreachable); }));
+  EXPECT_EQ(last(ev_a, cm::kUnreachable)->status, -ETIMEDOUT);
+  EXPECT_EQ(cma->stats().resent, timing.max_cm_retries);
+  EXPECT_EQ(cma->stats().timeouts, 1u);
+  EXPECT_EQ(cmb->stats().drop_not_ours, 1u + timing.max_cm_retries);
+  EXPECT_EQ(cmb->stats().mads_tx, 0u);
+}
+
+TEST_F(CmFixture, APeerWithoutAConnectionManagerDropsTheMadsAndTheClientTimesOut) {
+  start_cms(false);
+  ASSERT_EQ(cma->create(kActive, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), ep(kIpB, kPort), 2000), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
+  ASSERT_EQ(cma->resolve_route(kActive), 0);
+  cm::ConnParam p;
+  p.qp_num = 0x123;
+  ASSERT_EQ(cma->connect(kActive, p, nullptr, 0), 0);
+  const uint64_t t0 = now;
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kUnreachable); }));
+  // Every try waited its response timeout.
+  EXPECT_GE(now - t0, (1u + timing.max_cm_retries) * wire::cm_timeout_ns(timing.cm_response_timeout));
+  EXPECT_EQ(counter(b, Counter::rx_drop_gsi), 1u + timing.max_cm_retries);
+  EXPECT_EQ(counter(b, Counter::rx_gsi), 0u);
+}
+
+TEST_F(CmFixture, ReplayedForgedAndMalformedMadsAreDroppedAndCounted) {
+  start_cms();
+  const uint64_t hb = connect_all();
+  const auto req = find_mad(ta.sent, wire::cm_attr::kReq);
+  const auto rep = find_mad(tb.sent, wire::cm_attr::kRep);
+  const size_t events_a = ev_a.size(), events_b = ev_b.size();
+  const size_t sent_b = tb.sent.size();
+
+  // Replays: the REQ again is recognised, and B (established) sends nothing for it.
+  ta.inject(req);
+  run([] { return false; }, 10'000'000);
+  EXPECT_EQ(cmb->stats().drop_duplicate, 1u);
+  EXPECT_EQ(tb.sent.size(), sent_b);
+  // The REP again: A's RTU must have been lost, so A sends it again.
+  tb.inject(rep);
+  run([] { return false; }, 10'000'000);
+  EXPECT_EQ(cma->stats().drop_duplicate, 1u);
+  EXPECT_EQ(mad_attr(ta.sent.back()), wire::cm_attr::kRtu);
+
+  // Forged: a REP for a connection A never asked for.
+  auto forged = rep;
+  forged[kCmOff + 4] ^= 0xFF;  // its remote comm ID
+  reseal(forged);
+  tb.inject(forged);
+  // Malformed: a CM class version 3, an attribute the CM does not have, and a REQ whose
+  // service ID is not an IP one.
+  auto bad_version = req;
+  bad_version[kMadOff + 2] = 3;
+  reseal(bad_version);
+  ta.inject(bad_version);
+  auto bad_attr = req;
+  bad_attr[kMadOff + 17] = 0x99;
+  reseal(bad_attr);
+  ta.inject(bad_attr);
+  auto not_ip = req;
+  not_ip[kCmOff + 8] = 0x12;  // the service ID's first byte
+  not_ip[kCmOff + 0] ^= 0xFF;  // a new comm ID, so it is no duplicate
+  reseal(not_ip);
+  ta.inject(not_ip);
+  // Not a CM MAD at all: QP1 with a Q_Key other than the GSI's.
+  auto wrong_qkey = req;
+  wrong_qkey[kQkeyOff] ^= 0x01;
+  reseal(wrong_qkey);
+  ta.inject(wrong_qkey);
+  // Damaged on the way: the ICRC no longer matches.
+  auto corrupt = req;
+  corrupt[kCmOff + 20] ^= 0x40;
+  ta.inject(corrupt);
+  run([] { return false; }, 10'000'000);
+
+  EXPECT_EQ(cma->stats().drop_unmatched, 1u);
+  EXPECT_EQ(cmb->stats().drop_malformed, 2u);
+  EXPECT_EQ(cmb->stats().drop_not_ours, 1u);
+  EXPECT_EQ(counter(b, Counter::rx_drop_gsi_bad), 1u);
+  EXPECT_EQ(b.engine->counters().get(wire::ParseError::kBadIcrc), 1u);
+  // None of it made an event or changed a connection.
+  EXPECT_EQ(ev_a.size(), events_a);
+  EXPECT_EQ(ev_b.size(), events_b);
+  EXPECT_EQ(cma->state(kActive), cm::State::kEstablished);
+  EXPECT_EQ(cmb->state(hb), cm::State::kEstablished);
+  send_through(a, qa, b, qb, 4);
+}
+
+TEST_F(CmFixture, DisconnectWithALostDrepEndsOnBothSides) {
+  start_cms();
+  const uint64_t hb = connect_all();
+  tb.drop = lose(wire::cm_attr::kDrep);
+  ASSERT_EQ(cma->disconnect(kActive), 0);
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kDisconnected); }));
+  ASSERT_EQ(cmb->disconnect(hb), 0);  // the DREP (lost)
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kDisconnected); }));
+  EXPECT_EQ(tb.dropped, 1);
+  EXPECT_EQ(cma->stats().resent, 1u);          // the DREQ
+  EXPECT_EQ(cmb->stats().drop_duplicate, 1u);  // answered from time wait
+  EXPECT_EQ(cma->state(kActive), cm::State::kTimewait);
+  // Time wait ends, and then an old DREQ finds nobody.
+  const auto dreq = find_mad(ta.sent, wire::cm_attr::kDreq);
+  run([] { return false; }, 2 * timing.timewait_ns);
+  EXPECT_EQ(cmb->state(hb), cm::State::kClosed);
+  ta.inject(dreq);
+  run([] { return false; }, 1'000'000);
+  EXPECT_EQ(cmb->stats().drop_unmatched, 1u);
+}
+
+TEST_F(CmFixture, AnApplicationsRejectCarriesItsReasonAndPrivateData) {
+  start_cms();
+  listen_and_connect();
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kConnectRequest); }));
+  const uint8_t why[] = {'n', 'o'};
+  ASSERT_EQ(cmb->reject(last(ev_b, cm::kConnectRequest)->handle, why, sizeof why), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kRejected); }));
+  const Event* e = last(ev_a, cm::kRejected);
+  EXPECT_EQ(e->status, 28);  // consumer reject
+  ASSERT_GE(e->pdata_len, 2);
+  EXPECT_EQ(e->pdata[0], 'n');
+  EXPECT_EQ(e->pdata[1], 'o');
+}
+
+TEST_F(CmFixture, SidrGivesAUdClientTheServersQpnAndQkey) {
+  start_cms();
+  listen_and_connect(kPort, IBV_QPT_UD, wire::kRdmaPsUdp);
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kConnectRequest); }));
+  cm::ConnParam p;
+  p.qp_num = 0x4321;
+  p.qkey = 0x1234567;
+  ASSERT_EQ(cmb->accept(last(ev_b, cm::kConnectRequest)->handle, p, nullptr, 0), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kEstablished); }));
+  const Event* e = last(ev_a, cm::kEstablished);
+  EXPECT_EQ(e->param.qp_num, 0x4321u);
+  EXPECT_EQ(e->param.qkey, 0x1234567u);
+  EXPECT_EQ(e->ah.is_global, 1);
+  EXPECT_EQ(0, std::memcmp(e->ah.grh.dgid.raw, wire::ipv4_mapped_gid(kIpB).data(), 16));
+}
+
+}  // namespace
+}  // namespace uroce::test
