@@ -164,6 +164,11 @@ EOF
 }
 
 # --- the cases -------------------------------------------------------------------------------
+# perftest -R runs k2u only: its client connects twice (a control connection, then the data
+# QPs), and perftest 4.5 (bookworm) sends the second REQ without waiting for the server to
+# listen again. The emulated guest server re-listens slowly, so a uroce client's REQ is
+# rejected ("invalid service ID"), and perftest 4.5's retry path then crashes (fixed upstream,
+# perftest 3d9d8d0, 2025). rping, one connection, runs both ways.
 # NAME|DIRECTION|PROGRAM AND ARGS (both sides)|GUEST NETEM|UROCE FAULT
 #   DIRECTION u2k: uroce is the client, the kernel the server; k2u: the other way round.
 #   Both sides get the same arguments plus their device and GID index; perftest gets -F
@@ -203,10 +208,11 @@ reorder_srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c|delay 1ms r
 reorder_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=18
 reorder_verify|both|rdma_verify -s 10000 -n 30 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=22
 cm_rping|both|rping -C 20 -S 1024 -v||
-cm_send_bw|both|ib_send_bw -R -s 4096 -n 300||
-cm_write_bw|both|ib_write_bw -R -s 65536 -n 100||
+cm_send_bw|k2u|ib_send_bw -R -s 4096 -n 300||
+cm_write_bw|k2u|ib_write_bw -R -s 65536 -n 100||
+cm_read_lat|k2u|ib_read_lat -R -s 64 -n 200||
 lossy5_cm_rping|both|rping -C 100 -S 4000 -v|loss 5%|loss=0.05,seed=31
-lossy5_cm_send_bw|both|ib_send_bw -R -s 16384 -n 200|loss 5%|loss=0.05,seed=32
+lossy5_cm_send_bw|k2u|ib_send_bw -R -s 4096 -n 300|loss 5%|loss=0.05,seed=32
 EOF
 )
 

@@ -297,6 +297,41 @@ TEST(ReplayNegative, WrongReadResponseDataDiverges) {
   EXPECT_NE(r.out.find("READ response data differs"), std::string::npos) << r.out;
 }
 
+TEST(ReplayNegative, ApplicationWritesAreOnlyInferredWhenTheScenarioSaysSo) {
+  // rping's client rewrites the buffer the server READs before every ping; without the
+  // scenario's app_writes the new data reads as a wrong READ response.
+  const std::string none = tmp_path("none.scenario");
+  std::ofstream(none) << "[replay]\n";
+  const Outcome strict = run_lib(pcap("kernel-rxe-rping_cm.pcap"), Role::kRequester, false, none);
+  EXPECT_EQ(strict.code, 1);
+  EXPECT_NE(strict.out.find("READ response data differs"), std::string::npos) << strict.out;
+  const Outcome inferred = run_lib(pcap("kernel-rxe-rping_cm.pcap"), Role::kRequester);
+  EXPECT_EQ(inferred.code, 0) << inferred.out;
+  EXPECT_NE(inferred.out.find("the application had changed"), std::string::npos) << inferred.out;
+}
+
+TEST(ReplayInference, QpsOfACmCaptureComeFromTheReqAndRep) {
+  Capture cap;
+  std::string err;
+  ASSERT_TRUE(load_capture(pcap("kernel-rxe-rping_cm.pcap"), cap, err)) << err;
+  ASSERT_EQ(cap.cm.size(), 5u);  // REQ, REP, RTU, DREQ, DREP
+  const auto* req = cap.cm[0].msg.get<wire::CmReq>();
+  const auto* rep = cap.cm[1].msg.get<wire::CmRep>();
+  ASSERT_NE(req, nullptr);
+  ASSERT_NE(rep, nullptr);
+  for (Role role : {Role::kRequester, Role::kResponder}) {
+    Scenario sc;
+    sc.role = role;
+    ASSERT_TRUE(infer_scenario(cap, sc, err)) << err;
+    ASSERT_EQ(sc.qps.size(), 1u);
+    // The client (the CM's active side) sends from the REP's PSN, the server from the REQ's.
+    const bool client = role == Role::kRequester;
+    EXPECT_EQ(sc.qps[0].sq_psn, client ? rep->starting_psn : req->starting_psn);
+    EXPECT_EQ(sc.qps[0].rq_psn, client ? req->starting_psn : rep->starting_psn);
+    EXPECT_EQ(sc.mtu, 1024u);
+  }
+}
+
 TEST(ReplayNegative, RequesterThatSkipsAPsnDiverges) {
   // The hand-made capture's requester jumps from PSN 50 to 52: uroce, given the same two
   // messages, sends 51 — the runner reports the recorded PSN 52 as never sent.

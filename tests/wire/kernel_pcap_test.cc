@@ -1,5 +1,6 @@
 // Every RoCEv2 packet in the kernel Soft-RoCE captures under pcaps/ must parse, verify its
-// ICRC with both CRC implementations, and re-emit byte for byte.
+// ICRC with both CRC implementations, and re-emit byte for byte; so must every connection
+// manager MAD in them (the UD SENDs to QP1), through the CM message codecs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "pcap/pcap_file.h"
+#include "wire/cm.h"
 #include "wire/packet.h"
 
 namespace uroce::wire {
@@ -29,7 +31,7 @@ TEST_P(KernelCapture, EveryRocePacketParsesVerifiesAndReemitsExactly) {
   drivers::PcapReader r(GetParam());
   ASSERT_TRUE(r.ok()) << r.error();
   drivers::PcapRecord rec;
-  size_t roce = 0, other = 0;
+  size_t roce = 0, other = 0, cm = 0;
   std::vector<uint8_t> buf(16384);
   while (r.next(rec)) {
     ASSERT_EQ(rec.data.size(), rec.orig_len) << "capture was snapped";
@@ -51,9 +53,24 @@ TEST_P(KernelCapture, EveryRocePacketParsesVerifiesAndReemitsExactly) {
     ASSERT_EQ(n, rec.data.size());
     ASSERT_TRUE(std::equal(rec.data.begin(), rec.data.end(), buf.begin()))
         << "re-emitted frame differs, packet " << (roce + other);
+
+    if (p.hdr.bth.dest_qp == 1 && p.info->has(Ext::kDeth) && p.hdr.ext.deth.qkey == kGsiQkey) {
+      CmMessage m;
+      ASSERT_EQ(CmMessage::parse(p.payload, m), ParseError::kOk)
+          << "CM MAD, packet " << (roce + other);
+      std::vector<uint8_t> mad(kMadLen);
+      m.emit(mad);
+      ASSERT_TRUE(std::equal(mad.begin(), mad.end(), p.payload.begin()))
+          << "re-emitted CM " << m.name() << " differs, packet " << (roce + other);
+      ++cm;
+    }
   }
   EXPECT_TRUE(r.error().empty()) << r.error();
   EXPECT_GT(roce, 0u);
+  // The captures of rdma_cm programs (named *_cm*) hold the whole handshake at least.
+  if (GetParam().find("_cm") != std::string::npos) {
+    EXPECT_GE(cm, 3u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Pcaps, KernelCapture, ::testing::ValuesIn(kernel_captures()),

@@ -569,8 +569,9 @@ class ExplainPrinter final : public Printer {
            "the QP the sender will use for this connection: the peer's QP sends to it",
            "the sender's QP");
       line("CM.StartingPSN", std::to_string(r->starting_psn), "cm.req.psn",
-           "the first PSN the sender's QP will send: the peer's responder expects it",
-           "the sender's first PSN");
+           "the first PSN the sender's QP expects to receive: the passive side's QP sends "
+           "from it (the REP's PSN is the other direction's)",
+           "the PSN the sender receives first");
       line("CM.RespResources", std::to_string(r->responder_resources), "cm.rr",
            "responder resources: RDMA READs and atomics from the peer that the sender's QP "
            "serves at once",
@@ -618,7 +619,8 @@ class ExplainPrinter final : public Printer {
       line("CM.LocalQPN", strf("0x%06x", p->local_qpn), "cm.rep.qpn",
            "the QP the replier will use: the requester's QP sends to it", "the replier's QP");
       line("CM.StartingPSN", std::to_string(p->starting_psn), "cm.rep.psn",
-           "the first PSN the replier's QP will send", "the replier's first PSN");
+           "the first PSN the replier's QP expects to receive: the requester's QP sends from it",
+           "the PSN the replier receives first");
       line("CM.RespResources", std::to_string(p->responder_resources), "cm.rr",
            "responder resources: RDMA READs and atomics from the peer that the sender's QP "
            "serves at once",

@@ -83,6 +83,17 @@ bool load_capture(const std::string& path, Capture& cap, std::string& error) {
       ++cap.skipped_other;
       continue;
     }
+    if (pk.dest_qp() == 1 && pk.has(wire::Ext::kDeth) &&
+        pk.hdr.ext.deth.qkey == wire::kGsiQkey) {
+      CmMad m;
+      m.frame = pk.frame;
+      m.src = pk.hdr.ip4.src;
+      if (wire::CmMessage::parse(pk.payload(), m.msg) == wire::ParseError::kOk)
+        cap.cm.push_back(std::move(m));
+      else
+        ++cap.cm_unparsed;
+      continue;
+    }
     cap.pkts.push_back(std::move(pk));
   }
   if (!rd.error().empty()) {

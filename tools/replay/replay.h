@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "wire/addr.h"
+#include "wire/cm.h"
 #include "wire/packet.h"
 #include "wire/psn.h"
 
@@ -51,8 +52,17 @@ struct Pkt {
 /// Decodes one frame; false (and `why`) if it is not a well-formed RoCEv2 packet.
 bool decode_pkt(std::vector<uint8_t> bytes, Pkt& out, std::string* why = nullptr);
 
+/// A connection manager MAD of the capture (a UD SEND to QP1 with the GSI Q_Key): not replayed,
+/// but a REQ and its REP name both QPs of a connection, their first PSNs and the path MTU.
+struct CmMad {
+  size_t frame = 0;
+  wire::Ipv4Addr src{};
+  wire::CmMessage msg;
+};
+
 struct Capture {
-  std::vector<Pkt> pkts;  // RoCE packets between the two hosts, capture order
+  std::vector<Pkt> pkts;  // RoCE packets between the two hosts, capture order (QP1's apart)
+  std::vector<CmMad> cm;  // the CM MADs between them, capture order
   wire::Ipv4Addr ip[2]{};  // the two hosts: [0] sends the first RoCE request
   wire::MacAddr mac[2]{};
   size_t frames = 0;       // frames read
@@ -60,6 +70,7 @@ struct Capture {
   size_t skipped_bad_icrc = 0;   // a receiver drops them: so do we
   size_t skipped_malformed = 0;
   size_t skipped_snapped = 0;    // cut by the snap length: cannot be replayed
+  size_t cm_unparsed = 0;        // MADs to QP1 that are not CM messages uroce knows
   /// Which host sent this packet (0 or 1).
   int host_of(const Pkt& p) const { return p.hdr.ip4.src == ip[0] ? 0 : 1; }
 };
@@ -107,6 +118,8 @@ struct Scenario {
   std::vector<MrSpec> mrs;         // empty: infer
   bool mrs_set = false;
   bool srq = false;                // the replaced peer's QPs share one SRQ
+  bool app_writes_infer = false;   // its application rewrites memory the other host READs
+                                   // (see app_writes); off: READ data is checked throughout
   uint32_t recv_size = 0;          // bytes per receive buffer (0: infer)
   uint8_t timeout = 14;            // requester retransmission timeout (IBA code)
   std::optional<uint8_t> min_rnr_timer;  // 0..31 (unset: from the recorded RNR NAKs, else 12)
@@ -114,6 +127,16 @@ struct Scenario {
   bool expect_conform = true;
   std::string expect_text;         // a substring of the first divergence (when diverging)
   std::vector<MemExpect> expect_mem;  // the replaced peer's memory afterwards
+  /// Bytes the replaced peer's application wrote into its own memory between two READs of them
+  /// by the other host (inferred: a later recorded READ response shows other data than the
+  /// earlier one, with no WRITE in between). Applied just before the READ request is fed.
+  struct AppWrite {
+    size_t before_pkt = 0;  // Capture::pkts index of the READ request
+    size_t mr = 0;          // index into mrs
+    uint64_t off = 0;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<AppWrite> app_writes;
   std::vector<std::string> notes;  // what was inferred, for the report
 };
 

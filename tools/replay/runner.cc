@@ -612,6 +612,19 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
     st.kind = StepKind::kFed;
     st.pkt = i;
     st.now_ns = now;
+    size_t app_bytes = 0;
+    uint64_t app_lo = UINT64_MAX, app_hi = 0;
+    for (const Scenario::AppWrite& w : sc.app_writes) {
+      if (w.before_pkt != i) continue;
+      std::memcpy(mem[w.mr].base + w.off, w.bytes.data(), w.bytes.size());
+      app_bytes += w.bytes.size();
+      app_lo = std::min(app_lo, sc.mrs[w.mr].va + w.off);
+      app_hi = std::max(app_hi, sc.mrs[w.mr].va + w.off + w.bytes.size());
+    }
+    if (app_bytes != 0)
+      st.what = "the application had changed " + std::to_string(app_bytes) +
+                " bytes of its memory in VA " + hex(app_lo, 12) + ".." + hex(app_hi, 12) +
+                " since the last READ of them (as the recorded READ response shows)";
     if (p.info->op == Operation::kSend && p.info->starts_message() && no_buffer.count(i) == 0)
       ensure_recv(static_cast<size_t>(s));
     wire::RoceHeaders h = p.hdr;

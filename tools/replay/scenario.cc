@@ -111,6 +111,8 @@ bool parse_scenario_text(const std::string& text, const std::string& name, Scena
         sc.mtu = static_cast<uint32_t>(n);
       } else if (key == "srq") {
         if (!parse_bool(val, sc.srq)) return fail("srq must be yes or no");
+      } else if (key == "app_writes") {
+        if (!parse_bool(val, sc.app_writes_infer)) return fail("app_writes must be yes or no");
       } else if (key == "recv_size") {
         if (!num(1u << 30)) return false;
         sc.recv_size = static_cast<uint32_t>(n);
@@ -239,6 +241,52 @@ struct Region {
 bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
   const int x = replaced_host(sc);
   auto from_x = [&](const Pkt& p) { return cap.host_of(p) == x; };
+
+  // ---- QPs set up by the connection manager: a REQ and the REP that answers it name both QPs,
+  // the first PSN each side expects to receive, and the path MTU.
+  if (!sc.qps_set) {
+    const wire::Ipv4Addr xip = cap.ip[x];
+    uint32_t cm_mtu = 0;
+    std::string frames;
+    for (const CmMad& rep_mad : cap.cm) {
+      const auto* rep = rep_mad.msg.get<wire::CmRep>();
+      if (rep == nullptr) continue;
+      for (const CmMad& req_mad : cap.cm) {
+        const auto* req = req_mad.msg.get<wire::CmReq>();
+        if (req == nullptr || req->local_comm_id != rep->remote_comm_id ||
+            req_mad.src == rep_mad.src || req_mad.frame > rep_mad.frame)
+          continue;
+        if (req->transport_service_type != 0 && req->transport_service_type != 1) break;
+        const bool x_active = req_mad.src == xip;
+        QpSpec q;
+        q.type = req->transport_service_type == 1 ? QpType::kUc : QpType::kRc;
+        q.qpn = x_active ? req->local_qpn : rep->local_qpn;
+        q.peer_qpn = x_active ? rep->local_qpn : req->local_qpn;
+        // A starting PSN is what its sender expects to receive (IBA 12.7.23, ib_cm).
+        q.rq_psn = x_active ? req->starting_psn : rep->starting_psn;
+        q.sq_psn = x_active ? rep->starting_psn : req->starting_psn;
+        if (std::none_of(sc.qps.begin(), sc.qps.end(),
+                         [&](const QpSpec& o) { return o.qpn == q.qpn; })) {
+          sc.qps.push_back(q);
+          const uint32_t m = wire::ib_mtu_bytes(req->path_mtu);
+          if (m != 0) cm_mtu = cm_mtu == 0 ? m : std::min(cm_mtu, m);
+          frames += (frames.empty() ? "" : ", ") + std::to_string(req_mad.frame) + "/" +
+                    std::to_string(rep_mad.frame);
+        }
+        break;
+      }
+    }
+    if (!sc.qps.empty()) {
+      sc.qps_set = true;
+      if (sc.mtu == 0 && cm_mtu != 0) sc.mtu = cm_mtu;
+      std::sort(sc.qps.begin(), sc.qps.end(),
+                [](const QpSpec& a, const QpSpec& b) { return a.qpn < b.qpn; });
+      sc.notes.push_back(std::to_string(sc.qps.size()) +
+                         " QP(s), first PSNs and path MTU from the CM REQ/REP (frames " + frames +
+                         "); the " + std::to_string(cap.cm.size()) +
+                         " CM MADs themselves are not replayed");
+    }
+  }
 
   // ---- QPs: which of the replaced host's QPs talks to which of the other host's.
   if (!sc.qps_set) {
@@ -429,6 +477,12 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
     // Contents: replay the capture's writes and reads in order.
     std::vector<std::vector<uint8_t>> known(sc.mrs.size());
     for (size_t i = 0; i < sc.mrs.size(); ++i) known[i].assign(sc.mrs[i].length, 0);
+    // What the memory holds as the capture goes on (valid: not since changed by an atomic).
+    std::vector<std::vector<uint8_t>> cur(sc.mrs.size()), valid(sc.mrs.size());
+    for (size_t i = 0; i < sc.mrs.size(); ++i) {
+      cur[i].assign(sc.mrs[i].length, 0);
+      valid[i].assign(sc.mrs[i].length, 0);
+    }
     auto locate = [&](uint32_t rkey, uint64_t va, uint64_t len) -> std::pair<int, uint64_t> {
       for (size_t i = 0; i < sc.mrs.size(); ++i) {
         const MrSpec& m = sc.mrs[i];
@@ -443,27 +497,34 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
       uint64_t va = 0;
       uint32_t len = 0;
       bool atomic = false;
+      size_t at = 0;  // Capture::pkts index of the request
     };
     std::map<uint32_t, Msg> write_msg;              // per QP: the WRITE in progress
     std::map<uint32_t, std::vector<Msg>> reads;     // per QP: READ and atomic requests
-    for (const Pkt& p : cap.pkts) {
+    for (size_t pi = 0; pi < cap.pkts.size(); ++pi) {
+      const Pkt& p = cap.pkts[pi];
       QpSpec* q = spec_of(p);
       if (q == nullptr) continue;
       if (!from_x(p)) {
         if (p.info->op == Operation::kWrite) {
           Msg& w = write_msg[q->qpn];
-          if (p.has(Ext::kReth)) w = {p.psn(), p.hdr.ext.reth.rkey, p.hdr.ext.reth.va, 0, false};
+          if (p.has(Ext::kReth))
+            w = {p.psn(), p.hdr.ext.reth.rkey, p.hdr.ext.reth.va, 0, false, pi};
           const uint64_t off = static_cast<uint64_t>(Psn(p.psn()) - Psn(w.first)) * sc.mtu;
           auto [i, o] = locate(w.rkey, w.va + off, p.payload_len);
-          if (i >= 0)
-            std::fill_n(known[static_cast<size_t>(i)].begin() + static_cast<ptrdiff_t>(o),
-                        p.payload_len, uint8_t{1});
+          if (i >= 0) {
+            const auto mi = static_cast<size_t>(i);
+            const auto at = static_cast<ptrdiff_t>(o);
+            std::fill_n(known[mi].begin() + at, p.payload_len, uint8_t{1});
+            std::copy(p.payload().begin(), p.payload().end(), cur[mi].begin() + at);
+            std::fill_n(valid[mi].begin() + at, p.payload_len, uint8_t{1});
+          }
         } else if (p.info->op == Operation::kReadRequest) {
-          reads[q->qpn].push_back(
-              {p.psn(), p.hdr.ext.reth.rkey, p.hdr.ext.reth.va, p.hdr.ext.reth.dma_len, false});
+          reads[q->qpn].push_back({p.psn(), p.hdr.ext.reth.rkey, p.hdr.ext.reth.va,
+                                   p.hdr.ext.reth.dma_len, false, pi});
         } else if (p.has(Ext::kAtomicEth)) {
           reads[q->qpn].push_back(
-              {p.psn(), p.hdr.ext.atomic.rkey, p.hdr.ext.atomic.va, 8, true});
+              {p.psn(), p.hdr.ext.atomic.rkey, p.hdr.ext.atomic.va, 8, true, pi});
         }
         continue;
       }
@@ -486,13 +547,28 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
         }
         auto [i, o] = locate(it->rkey, va, data.size());
         if (i < 0) break;
-        auto& k = known[static_cast<size_t>(i)];
-        auto& init = sc.mrs[static_cast<size_t>(i)].init;
+        const auto mi = static_cast<size_t>(i);
+        auto& k = known[mi];
+        auto& init = sc.mrs[mi].init;
+        Scenario::AppWrite aw;  // the bytes the application must have changed since
         for (size_t b = 0; b < data.size(); ++b) {
-          if (k[o + b] != 0) continue;
-          init[o + b] = data[b];
-          k[o + b] = 1;
+          const size_t at = o + b;
+          if (k[at] == 0) {
+            init[at] = data[b];
+            k[at] = 1;
+          } else if (sc.app_writes_infer && !it->atomic && valid[mi][at] != 0 &&
+                     cur[mi][at] != data[b]) {
+            if (!aw.bytes.empty() && aw.off + aw.bytes.size() != at) {
+              sc.app_writes.push_back(aw);
+              aw.bytes.clear();
+            }
+            if (aw.bytes.empty()) aw = {it->at, mi, at, {}};
+            aw.bytes.push_back(data[b]);
+          }
+          cur[mi][at] = data[b];
+          valid[mi][at] = it->atomic ? 0 : 1;  // an atomic changes what it answered
         }
+        if (!aw.bytes.empty()) sc.app_writes.push_back(aw);
         break;
       }
     }
