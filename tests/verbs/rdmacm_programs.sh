@@ -34,15 +34,29 @@ wait_udp() {
 
 in_ns() { local ns=$1 ifc=$2; shift 2; ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"; }
 
+# perftest 4.5's race (docs/interop.md): its client makes a control connection, then sends the
+# data connection's REQ without waiting for the server to listen again; when the server is
+# slower, the REQ is rejected ("invalid service ID", as for any port nobody listens on) and
+# perftest 4.5's retry path crashes. A pair that ends that way is run again (at most 3 times,
+# each counted below); any other failure fails at once.
+perftest_race() { grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$dir/client.log"; }
+
 run_pair() {  # NAME WAIT(tcp:PORT|udp:PORT) EXPECT SERVER-ARGS... -- CLIENT-ARGS...
   local name=$1 wait=$2 expect=$3; shift 3
   local sargs=(); while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
-  in_ns "$nsB" "${tag}vb" "${sargs[@]}" >"$dir/server.log" 2>&1 &
-  local server=$!
-  case $wait in tcp:*) wait_listen "$nsB" "${wait#tcp:}" "$server" ;; udp:*) wait_udp "$nsB" "${wait#udp:}" ;; esac
-  if ! in_ns "$nsA" "${tag}va" "$@" >"$dir/client.log" 2>&1; then
+  local try
+  for try in 1 2 3; do
+    in_ns "$nsB" "${tag}vb" "${sargs[@]}" >"$dir/server.log" 2>&1 &
+    local server=$!
+    case $wait in tcp:*) wait_listen "$nsB" "${wait#tcp:}" "$server" ;; udp:*) wait_udp "$nsB" "${wait#udp:}" ;; esac
+    in_ns "$nsA" "${tag}va" "$@" >"$dir/client.log" 2>&1 && break
+    if [ "${sargs[0]}" != "${sargs[0]#ib_}" ] && perftest_race && [ $try -lt 3 ]; then
+      echo "retry: $name: the client's second REQ came before the server listened again (perftest 4.5's race)"
+      kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
+      continue
+    fi
     echo "FAIL: $name client"; cat "$dir/client.log"; echo "-- server:"; cat "$dir/server.log"; exit 1
-  fi
+  done
   if ! wait "$server"; then echo "FAIL: $name server"; cat "$dir/server.log"; exit 1; fi
   grep -qE "$expect" "$dir/client.log" \
     || { echo "FAIL: $name: no '$expect' in the client's output"; cat "$dir/client.log"; exit 1; }
@@ -57,9 +71,8 @@ run_pair "ucmatose (RC, 4 connections, 20 messages)" tcp:7471 "test complete" uc
 run_pair "udaddy (UD, SIDR)" udp:7174 "test complete" udaddy -- udaddy -s 10.97.0.2
 run_pair "rdma_server / rdma_client (rdma_getaddrinfo, rdma_create_ep)" tcp:7471 "end 0" rdma_server -- rdma_client -s 10.97.0.2
 run_pair "ib_send_bw -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_send_bw -d uroce0 -R -n 200 -- ib_send_bw -d uroce0 -R -n 200 10.97.0.2
-# Not here yet: ib_read_lat -R. Run right after ib_send_bw -R while other tests load the
-# machine, its client was rejected ("invalid service ID") in 2 of ~5 full runs; alone it passes.
-# The README lists it; the cause is not found yet.
+run_pair "ib_write_bw -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_write_bw -d uroce0 -R -n 200 -- ib_write_bw -d uroce0 -R -n 200 10.97.0.2
+run_pair "ib_read_lat -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_read_lat -d uroce0 -R -n 200 -- ib_read_lat -d uroce0 -R -n 200 10.97.0.2
 
 # A client whose server is absent: the peer's uroce (a process on that interface, here a
 # server on another port) rejects the request ("invalid service ID"); the client hears
