@@ -4,11 +4,32 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "engine/counters.h"
 
 namespace uroce {
+
+/// The connection manager's counters (cm::ConnectionManager::Stats, in its order), shown by
+/// `uroce stats` once a program used librdmacm.
+struct CmCounterInfo {
+  const char* name;
+  const char* text;
+};
+inline constexpr CmCounterInfo kCmCounterInfo[] = {
+    {"cm_mads_rx", "CM MADs taken from QP1"},
+    {"cm_mads_tx", "CM MADs sent"},
+    {"cm_resent", "CM MADs sent again: no answer within the response timeout"},
+    {"cm_timeouts", "connections given up after the last resend (UNREACHABLE / error)"},
+    {"cm_drop_malformed", "CM MADs dropped: bad header, class, version or attribute"},
+    {"cm_drop_unmatched", "CM MADs dropped: no connection has those comm IDs (stale or forged)"},
+    {"cm_drop_duplicate", "CM MADs seen before (resends, replays): answered again or dropped"},
+    {"cm_drop_not_ours", "REQs for a service nobody here listens on (or not an IP service)"},
+    {"cm_rejects_sent", "REJs sent"},
+    {"cm_rejects_rcvd", "REJs received"},
+};
+inline constexpr size_t kCmCounters = std::size(kCmCounterInfo);
 
 struct StatsShm {
   static constexpr uint64_t kMagic = 0x75726f6365737473ull;  // "urocests"
@@ -27,6 +48,7 @@ struct StatsShm {
   uint64_t progress_woke_traffic;   // a frame arrived
   uint64_t progress_woke_kick;      // an application thread left work
   uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
+  uint64_t cm[kCmCounters];         // kCmCounterInfo's; all 0 while no CM runs
 };
 
 inline std::string stats_shm_name(int pid, const std::string& device) {

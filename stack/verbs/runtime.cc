@@ -151,6 +151,14 @@ void publish_stats(Runtime* rt, uint64_t now) {
     rt->stats->values[i] = c.get(static_cast<Counter>(i));
   for (size_t i = 0; i < static_cast<size_t>(wire::ParseError::kCount); ++i)
     rt->stats->parse_errors[i] = c.get(static_cast<wire::ParseError>(i));
+  if (rt->cm) {
+    const cm::ConnectionManager::Stats& m = rt->cm->stats();
+    const uint64_t v[] = {m.mads_rx,        m.mads_tx,        m.resent,         m.timeouts,
+                          m.drop_malformed, m.drop_unmatched, m.drop_duplicate, m.drop_not_ours,
+                          m.rejects_sent,   m.rejects_rcvd};
+    static_assert(std::size(v) == kCmCounters);
+    std::copy(std::begin(v), std::end(v), rt->stats->cm);
+  }
   rt->stats->updated_ns = now;
 }
 

@@ -214,6 +214,11 @@ int stats(int only_pid) {
       for (size_t i = 0; i < std::size(progress); ++i)
         std::printf("  %-26s %14llu  %s\n", progress[i].first,
                     static_cast<unsigned long long>(*progress[i].second), progress_text[i]);
+      for (size_t i = 0; i < uroce::kCmCounters; ++i) {
+        if (st->cm[i] == 0) continue;
+        std::printf("  %-26s %14llu  %s\n", uroce::kCmCounterInfo[i].name,
+                    static_cast<unsigned long long>(st->cm[i]), uroce::kCmCounterInfo[i].text);
+      }
       for (size_t i = 1; i < static_cast<size_t>(uroce::wire::ParseError::kCount); ++i) {
         if (st->parse_errors[i] == 0) continue;
         const auto err = static_cast<uroce::wire::ParseError>(i);
