@@ -11,6 +11,8 @@
 // Locks: a runtime's `emu` (the ConnectionManager lives under it), then g_mu (the ids and
 // channels), then a channel's mutex. Nothing takes `emu` while holding g_mu.
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -78,6 +80,22 @@ bool to_endpoint(const sockaddr* sa, cm::Endpoint* ep) {
   return false;
 }
 
+/// A link-local IPv6 address means nothing without its interface: the index of the one that
+/// holds `ip` (what sin6_scope_id must say to bind to it), else 0.
+uint32_t link_scope(const wire::Gid& ip) {
+  if (ip[0] != 0xFE || (ip[1] & 0xC0) != 0x80) return 0;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return 0;
+  uint32_t scope = 0;
+  for (const ifaddrs* a = list; a != nullptr && scope == 0; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET6) continue;
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+    if (std::memcmp(&in6->sin6_addr, ip.data(), 16) == 0) scope = if_nametoindex(a->ifa_name);
+  }
+  freeifaddrs(list);
+  return scope;
+}
+
 void to_sockaddr(const cm::Endpoint& ep, sockaddr_storage* out) {
   *out = {};
   if (!ep.ipv6()) {
@@ -90,6 +108,7 @@ void to_sockaddr(const cm::Endpoint& ep, sockaddr_storage* out) {
     in6->sin6_family = AF_INET6;
     std::memcpy(&in6->sin6_addr, ep.ip.data(), 16);
     in6->sin6_port = htons(ep.port);
+    in6->sin6_scope_id = link_scope(ep.ip);
   }
 }
 
