@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "wire/icrc.h"
 #include "wire/packet.h"
 
 namespace uroce::dissect {
@@ -52,6 +53,44 @@ TEST(DissectTracker, RnrCaptureShowsRnrNaksSequenceNaksAndTheWait) {
   EXPECT_TRUE(run.has_note(82, NoteKind::kResend, "RNR NAK in #63: waited 8.154 ms"));
   EXPECT_TRUE(run.has_note(38, NoteKind::kAck, "ACK of PSN 597901"));
   EXPECT_TRUE(run.has_note(62, NoteKind::kAck, "MSN 2: 1 more message completed"));
+}
+
+TEST(DissectTracker, CmCaptureFollowsTheConnectionAndChecksItsFirstPsns) {
+  // tshark / the one-line output: REQ #3 (10.77.0.12 QP 0x11, PSN 5981128), REP #4
+  // (10.77.0.11 QP 0x11, PSN 13111208), RTU #5; the client's first SEND #6 carries PSN
+  // 13111208, the server's first READ request #8 PSN 5981128; DREQ #76, DREP #77.
+  const auto run = run_capture(pcap_path("kernel-rxe-rping_cm.pcap"));
+  ASSERT_EQ(run.tracker.connections().size(), 1u);
+  const CmConnection& c = run.tracker.connections()[0];
+  EXPECT_EQ(c.active_qpn, 0x11u);
+  EXPECT_EQ(c.passive_qpn, 0x11u);
+  EXPECT_EQ(c.req_psn, 5981128u);
+  EXPECT_EQ(c.rep_psn, 13111208u);
+  EXPECT_EQ(c.state, CmConnection::State::kClosed);
+  EXPECT_TRUE(run.has_note(3, NoteKind::kConnection, "asks 10.77.0.11 for service TCP:7174"));
+  EXPECT_TRUE(run.has_note(4, NoteKind::kConnection, "the active side sends from PSN 13111208"));
+  EXPECT_TRUE(run.has_note(5, NoteKind::kConnection, "established"));
+  EXPECT_TRUE(run.has_note(6, NoteKind::kConnection, "first PSN 13111208, as the CM's REP of #4"));
+  EXPECT_TRUE(run.has_note(8, NoteKind::kConnection, "first PSN 5981128, as the CM's REQ of #3"));
+  EXPECT_TRUE(run.has_note(76, NoteKind::kConnection, "disconnects"));
+  EXPECT_TRUE(run.has_note(77, NoteKind::kConnection, "disconnected"));
+  // QP1's datagrams are the CM's, not a UD request stream of their own.
+  EXPECT_EQ(run.stream("10.77.0.12", "10.77.0.11", 1), nullptr);
+}
+
+TEST(DissectTracker, AFirstPsnOtherThanTheCmAnnouncedIsPointedOut) {
+  // The REP's starting PSN changed (and the packet re-sealed): the client's first SEND no
+  // longer starts where the REP said.
+  auto frames = test::read_frames(pcap_path("kernel-rxe-rping_cm.pcap"));
+  auto& rep = frames[3].bytes;  // #4
+  const size_t psn_at = 14 + 20 + 8 + 12 + 8 + 24 + 20;  // the REP's starting PSN (24 bits)
+  rep[psn_at + 2] ^= 0x01;
+  wire::store_icrc(&rep[rep.size() - 4],
+                   wire::icrc_compute({&rep[14], rep.size() - 14 - 4}, false, 20));
+  const std::string path = ::testing::TempDir() + "rping_cm_bad_rep_psn.pcap";
+  test::write_pcap(path, 1, frames);
+  const auto run = run_capture(path);
+  EXPECT_TRUE(run.has_note(6, NoteKind::kConnection, "but the CM's REP announced 13111209"));
 }
 
 TEST(DissectTracker, LossyWriteCaptureReportsGapsAndTheNak) {

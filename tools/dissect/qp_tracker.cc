@@ -50,6 +50,7 @@ std::string_view to_string(NoteKind k) {
     case NoteKind::kCnp: return "cnp";
     case NoteKind::kUnmatched: return "unmatched";
     case NoteKind::kNotTracked: return "not_tracked";
+    case NoteKind::kConnection: return "connection";
     case NoteKind::kCount: break;
   }
   return "?";
@@ -129,6 +130,10 @@ std::vector<Note> QpTracker::observe(const Frame& f) {
               f.pkt.hdr.bth.dest_qp, addr_string(f.dst).c_str())});
     return notes;
   }
+  if (auto m = cm_message(f)) {
+    on_cm(f, *m, notes);
+    return notes;
+  }
   if (info.is_request()) {
     on_request(f, notes);
   } else {
@@ -165,6 +170,143 @@ uint32_t QpTracker::mtu_for_reads(uint32_t len, std::vector<Note>& notes) {
   return mtu_.bytes;
 }
 
+void QpTracker::on_cm(const Frame& f, const wire::CmMessage& m, std::vector<Note>& notes) {
+  using State = CmConnection::State;
+  auto note = [&](std::string t) { notes.push_back({NoteKind::kConnection, std::move(t)}); };
+  // A message names the connection by the sender's comm ID and (but for a REQ) the receiver's.
+  auto find = [&](uint32_t local, uint32_t remote) -> CmConnection* {
+    for (CmConnection& c : cm_) {
+      if (f.src == c.active && c.active_comm == local && f.dst == c.passive &&
+          (remote == 0 || c.passive_comm == remote || c.passive_comm == 0))
+        return &c;
+      if (f.src == c.passive && f.dst == c.active && c.active_comm == remote &&
+          (c.passive_comm == local || c.passive_comm == 0))
+        return &c;
+    }
+    return nullptr;
+  };
+  const std::string from = addr_string(f.src), to = addr_string(f.dst);
+  if (const auto* r = m.get<wire::CmReq>()) {
+    if (CmConnection* c = find(r->local_comm_id, 0)) {
+      note(strf("the REQ of #%" PRIu64 " again (comm ID 0x%08x): %s had no answer within its "
+                "CM response timeout; %s since the first",
+                c->req_frame, r->local_comm_id, from.c_str(),
+                ms_string(f.rel_ns - c->req_ns).c_str()));
+      return;
+    }
+    CmConnection c;
+    c.active = f.src;
+    c.passive = f.dst;
+    c.active_comm = r->local_comm_id;
+    c.active_qpn = r->local_qpn;
+    c.req_psn = r->starting_psn;
+    c.service_id = r->service_id;
+    c.req_frame = f.index;
+    c.req_ns = f.rel_ns;
+    cm_.push_back(c);
+    note(strf("connection request: %s QP 0x%06x asks %s for service %s (comm ID 0x%08x); it "
+              "will receive from PSN %u, so the passive side's QP must send from there",
+              from.c_str(), r->local_qpn, to.c_str(), service_id_string(r->service_id).c_str(),
+              r->local_comm_id, r->starting_psn));
+    return;
+  }
+  if (const auto* r = m.get<wire::CmRep>()) {
+    CmConnection* c = find(r->local_comm_id, r->remote_comm_id);
+    if (c == nullptr) {
+      note(strf("REP for comm ID 0x%08x, whose REQ is not in the capture", r->remote_comm_id));
+      return;
+    }
+    if (c->state != State::kRequested) {
+      note(strf("the REP again (comm ID 0x%08x): %s saw no RTU in time, or the REQ came again",
+                r->local_comm_id, from.c_str()));
+      return;
+    }
+    c->passive_comm = r->local_comm_id;
+    c->passive_qpn = r->local_qpn;
+    c->rep_psn = r->starting_psn;
+    c->rep_frame = f.index;
+    c->state = State::kReplied;
+    note(strf("accepted: connection %s QP 0x%06x <-> %s QP 0x%06x; the active side sends "
+              "from PSN %u (this REP's), the passive side from PSN %u (the REQ's); the RTU "
+              "comes next",
+              addr_string(c->active).c_str(), c->active_qpn, addr_string(c->passive).c_str(),
+              c->passive_qpn, c->rep_psn, c->req_psn));
+    return;
+  }
+  if (const auto* r = m.get<wire::CmRtu>()) {
+    CmConnection* c = find(r->local_comm_id, r->remote_comm_id);
+    if (c == nullptr) return note("RTU for a connection not in the capture");
+    if (c->state != State::kReplied) return note("the RTU again: the REP had come again");
+    c->state = State::kEstablished;
+    return note(strf("established: QP 0x%06x <-> QP 0x%06x may exchange data both ways",
+                     c->active_qpn, c->passive_qpn));
+  }
+  if (const auto* r = m.get<wire::CmRej>()) {
+    CmConnection* c = find(r->local_comm_id, r->remote_comm_id);
+    if (c != nullptr) c->state = State::kRejected;
+    return note(strf("%s refuses%s: reason %u, %s", from.c_str(),
+                     c != nullptr ? "" : " a connection not in the capture",
+                     static_cast<unsigned>(r->reason), sv(to_string(r->reason)).c_str()));
+  }
+  if (const auto* r = m.get<wire::CmMra>()) {
+    return note(strf("%s needs more time before it answers (MRA): the other side waits 4.096 us "
+                     "x 2^%u longer before it sends again",
+                     from.c_str(), static_cast<unsigned>(r->service_timeout)));
+  }
+  if (const auto* r = m.get<wire::CmDreq>()) {
+    CmConnection* c = find(r->local_comm_id, r->remote_comm_id);
+    if (c == nullptr) return note("DREQ for a connection not in the capture");
+    if (c->state == State::kDisconnecting)
+      return note("the DREQ again: the DREP was lost or late");
+    c->state = State::kDisconnecting;
+    return note(strf("%s disconnects QP 0x%06x <-> QP 0x%06x; the other side answers DREP",
+                     from.c_str(), c->active_qpn, c->passive_qpn));
+  }
+  if (const auto* r = m.get<wire::CmDrep>()) {
+    CmConnection* c = find(r->local_comm_id, r->remote_comm_id);
+    if (c == nullptr) return note("DREP for a connection not in the capture");
+    c->state = State::kClosed;
+    return note("disconnected: both sides keep the comm IDs in time wait, so that late MADs of "
+                "this connection are not taken for a new one");
+  }
+  if (const auto* r = m.get<wire::CmSidrReq>()) {
+    return note(strf("UD service lookup (SIDR): %s asks %s which QP serves %s (request ID "
+                     "0x%08x)",
+                     from.c_str(), to.c_str(), service_id_string(r->service_id).c_str(),
+                     r->request_id));
+  }
+  if (const auto* r = m.get<wire::CmSidrRep>()) {
+    if (r->status != wire::SidrStatus::kValid)
+      return note(strf("SIDR answer: no (status %u)", static_cast<unsigned>(r->status)));
+    return note(strf("SIDR answer: send datagrams to QP 0x%06x with Q_Key 0x%08x", r->qpn,
+                     r->qkey));
+  }
+}
+
+void QpTracker::check_cm_psn(const StreamKey& key, Psn psn, std::vector<Note>& notes) {
+  for (CmConnection& c : cm_) {
+    if (c.state == CmConnection::State::kRequested || c.state == CmConnection::State::kRejected)
+      continue;
+    const bool to_passive = key.src == c.active && key.dst == c.passive && key.qpn == c.passive_qpn;
+    const bool to_active = key.src == c.passive && key.dst == c.active && key.qpn == c.active_qpn;
+    if (!to_passive && !to_active) continue;
+    bool& checked = to_passive ? c.checked_to_passive : c.checked_to_active;
+    if (checked) continue;
+    checked = true;
+    const uint32_t want = to_passive ? c.rep_psn : c.req_psn;
+    const char* msg = to_passive ? "REP" : "REQ";
+    notes.push_back(
+        {NoteKind::kConnection,
+         psn.value() == want
+             ? strf("first PSN %u, as the CM's %s of #%" PRIu64 " announced", want, msg,
+                    to_passive ? c.rep_frame : c.req_frame)
+             : strf("first PSN %u, but the CM's %s announced %u: the receiver expects %u and "
+                    "takes these as duplicates or a gap",
+                    psn.value(), msg, want, want)});
+    return;
+  }
+}
+
 void QpTracker::on_request(const Frame& f, std::vector<Note>& notes) {
   const wire::OpcodeInfo& info = *f.info();
   const wire::RoceHeaders& h = f.pkt.hdr;
@@ -193,6 +335,7 @@ void QpTracker::on_request(const Frame& f, std::vector<Note>& notes) {
     if (info.transport == wire::Transport::kUd) t += "; UD has no ACKs and resends nothing";
     if (info.transport == wire::Transport::kUc) t += "; UC has no ACKs and resends nothing";
     notes.push_back({NoteKind::kNewStream, std::move(t)});
+    if (info.transport != wire::Transport::kUd) check_cm_psn(key, psn, notes);
   } else {
     int32_t d = psn - s.next_psn;
     // A READ sent under a guessed MTU: the next request's PSN shows how many PSNs it used.

@@ -47,6 +47,7 @@ enum class NoteKind : uint8_t {
   kCnp,         // congestion notification
   kUnmatched,   // a response that matches no request in the capture
   kNotTracked,  // a packet left out of tracking (bad ICRC)
+  kConnection,  // a connection manager MAD: the connection's state, or its first PSN checked
   kCount
 };
 
@@ -188,6 +189,20 @@ struct RequestStream {
   uint64_t nak_total() const;
 };
 
+/// A connection the CM set up (REQ / REP / RTU ... on QP1), followed by comm IDs.
+struct CmConnection {
+  wire::Gid active{}, passive{};  // IP addresses: the side that sent the REQ, and the other
+  uint32_t active_comm = 0, passive_comm = 0;
+  uint32_t active_qpn = 0, passive_qpn = 0;
+  uint32_t req_psn = 0, rep_psn = 0;  // each the PSN its sender expects to receive first
+  uint64_t service_id = 0;
+  uint64_t req_frame = 0, rep_frame = 0;
+  int64_t req_ns = 0;
+  enum class State : uint8_t { kRequested, kReplied, kEstablished, kDisconnecting, kClosed,
+                               kRejected } state = State::kRequested;
+  bool checked_to_passive = false, checked_to_active = false;  // first data PSNs compared
+};
+
 class QpTracker {
  public:
   /// `mtu.bytes == 0`: learn the MTU from the packets as they come (single pass).
@@ -199,12 +214,16 @@ class QpTracker {
 
   const std::vector<RequestStream>& streams() const { return streams_; }
   const PathMtu& mtu() const { return mtu_; }
+  const std::vector<CmConnection>& connections() const { return cm_; }
   /// "10.77.0.12 → 10.77.0.11 QP 0x000011"
   static std::string stream_name(const StreamKey& k);
   /// Unmatched responses (no request stream could be found for them).
   uint64_t unmatched() const { return unmatched_; }
 
  private:
+  void on_cm(const Frame& f, const wire::CmMessage& m, std::vector<Note>& notes);
+  /// A new RC/UC request stream: when the CM set its QPs up, is its first PSN the announced one?
+  void check_cm_psn(const StreamKey& key, wire::Psn psn, std::vector<Note>& notes);
   void on_request(const Frame& f, std::vector<Note>& notes);
   void on_response(const Frame& f, std::vector<Note>& notes);
   void check_message_order(RequestStream& s, const wire::OpcodeInfo& info,
@@ -224,6 +243,7 @@ class QpTracker {
   std::map<StreamKey, size_t> requests_;   // request stream key -> index
   std::map<StreamKey, size_t> responses_;  // response stream key -> request stream index
   uint64_t unmatched_ = 0;
+  std::vector<CmConnection> cm_;
 };
 
 }  // namespace uroce::dissect
