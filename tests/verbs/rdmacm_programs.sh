@@ -41,15 +41,16 @@ in_ns() { local ns=$1 ifc=$2; shift 2; ip netns exec "$ns" env LD_LIBRARY_PATH="
 # each counted below); any other failure fails at once.
 perftest_race() { grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$dir/client.log"; }
 
+srv_ns=$nsB srv_if=${tag}vb cli_ns=$nsA cli_if=${tag}va  # the server in B, unless swapped
 run_pair() {  # NAME WAIT(tcp:PORT|udp:PORT) EXPECT SERVER-ARGS... -- CLIENT-ARGS...
   local name=$1 wait=$2 expect=$3; shift 3
   local sargs=(); while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
   local try
   for try in 1 2 3; do
-    in_ns "$nsB" "${tag}vb" "${sargs[@]}" >"$dir/server.log" 2>&1 &
+    in_ns "$srv_ns" "$srv_if" "${sargs[@]}" >"$dir/server.log" 2>&1 &
     local server=$!
-    case $wait in tcp:*) wait_listen "$nsB" "${wait#tcp:}" "$server" ;; udp:*) wait_udp "$nsB" "${wait#udp:}" ;; esac
-    in_ns "$nsA" "${tag}va" "$@" >"$dir/client.log" 2>&1 && break
+    case $wait in tcp:*) wait_listen "$srv_ns" "${wait#tcp:}" "$server" ;; udp:*) wait_udp "$srv_ns" "${wait#udp:}" ;; esac
+    in_ns "$cli_ns" "$cli_if" "$@" >"$dir/client.log" 2>&1 && break
     if [ "${sargs[0]}" != "${sargs[0]#ib_}" ] && perftest_race && [ $try -lt 3 ]; then
       echo "retry: $name: the client's second REQ came before the server listened again (perftest 4.5's race)"
       kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
@@ -64,6 +65,9 @@ run_pair() {  # NAME WAIT(tcp:PORT|udp:PORT) EXPECT SERVER-ARGS... -- CLIENT-ARG
 }
 
 run_pair "rping IPv4" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.2 -C 10 -- rping -c -v -a 10.97.0.2 -C 10
+srv_ns=$nsA srv_if=${tag}va cli_ns=$nsB cli_if=${tag}vb
+run_pair "rping IPv4, the other way" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.1 -C 10 -- rping -c -v -a 10.97.0.1 -C 10
+srv_ns=$nsB srv_if=${tag}vb cli_ns=$nsA cli_if=${tag}va
 run_pair "rping IPv6" tcp:7174 "rdma-ping-9:" rping -s -a fd00:97::2 -C 10 -- rping -c -v -a fd00:97::2 -C 10
 # Link-local IPv6 (fe80::, GID index 0): an address that names its interface (%IF).
 ll=""
