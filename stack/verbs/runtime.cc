@@ -417,6 +417,8 @@ Runtime* open_runtime(Device* d) {
   ec.qpn_span = kQpnBlock;
   ec.max_qp = kMaxQp;
   rt->engine = std::make_unique<Engine>(*port, ec);
+  rt->engine->poll(now_ns());  // its clock runs from now: what it sends before the progress
+                               // thread's first pass (an ARP) is stamped with the right time
   rt->engine_port = port;
   rt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   rt->quiet_fd = silence_kernel(dc, false);
