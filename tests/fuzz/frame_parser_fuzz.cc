@@ -4,11 +4,14 @@
 // Invariants checked on every input the parser accepts:
 //   - the payload and pad lie inside the frame,
 //   - re-building the frame from the parsed headers gives a frame that parses to the same
-//     headers, payload and ICRC verdict (parse and build are inverses).
+//     headers, payload and ICRC verdict (parse and build are inverses);
+//   - a datagram to QP1 with the GSI Q_Key goes on to the CM message codecs: a message they
+//     accept, emitted again, parses to the same message.
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
+#include "wire/cm.h"
 #include "wire/packet.h"
 
 using namespace uroce::wire;
@@ -36,5 +39,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!(a == b)) std::abort();
   if (!std::equal(p.payload.begin(), p.payload.end(), q.payload.begin(), q.payload.end()))
     std::abort();
+
+  if (p.hdr.bth.dest_qp == 1 && p.info->has(Ext::kDeth) && p.hdr.ext.deth.qkey == kGsiQkey) {
+    CmMessage m;
+    if (CmMessage::parse(p.payload, m) != ParseError::kOk) return 0;
+    std::vector<uint8_t> mad(kMadLen);
+    m.emit(mad);
+    CmMessage again;
+    if (CmMessage::parse(mad, again) != ParseError::kOk || !(again == m)) std::abort();
+    if (const auto* req = m.get<CmReq>()) {
+      CmaIpHeader ip;
+      (void)CmaIpHeader::parse(req->private_data, ip);
+    }
+  }
   return 0;
 }
