@@ -798,6 +798,7 @@ void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) 
       reply_rej(m, tid, r.local_comm_id, CmMsgResponse::kReq, CmRejReason::kInvalidServiceId);
     return;
   }
+  if (backlog_full(*l)) return;
   if (r.transport_service_type != (l->type == IBV_QPT_UC ? kTransportUc : kTransportRc)) {
     reply_rej(m, tid, r.local_comm_id, CmMsgResponse::kReq, CmRejReason::kInvalidTransportType);
     return;
@@ -842,6 +843,17 @@ void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) 
   const size_t hdr = have_ip ? wire::CmaIpHeader::kLen : 0;
   emit(n, kConnectRequest, 0, r.private_data.data() + hdr,
        static_cast<uint8_t>(r.private_data.size() - hdr), l->handle);
+}
+
+bool ConnectionManager::backlog_full(const Id& listener) {
+  // A full backlog drops the request without an answer, so that the peer's resend may find
+  // room (the kernel's ib_cm does the same when rdma_cm cannot queue the event).
+  size_t waiting = 0;
+  for (const auto& [h, id] : ids_)
+    waiting += id->listen_handle == listener.handle && id->state == State::kReqReceived;
+  if (waiting < static_cast<size_t>(listener.backlog)) return false;
+  ++stats_.drop_backlog;
+  return true;
 }
 
 void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) {
@@ -1035,6 +1047,7 @@ void ConnectionManager::on_sidr_req(const GsiMad& m, uint64_t tid, const uint8_t
     ++stats_.drop_duplicate;
     return;
   }
+  if (backlog_full(*l)) return;
   wire::CmaIpHeader ip;
   const bool have_ip =
       wire::CmaIpHeader::parse(r.private_data, ip) == wire::ParseError::kOk && ip.valid();

@@ -162,6 +162,7 @@ class ConnectionManager {
     uint64_t mads_rx = 0, mads_tx = 0, resent = 0, timeouts = 0;
     uint64_t drop_malformed = 0, drop_unmatched = 0, drop_duplicate = 0, drop_not_ours = 0;
     uint64_t rejects_sent = 0, rejects_rcvd = 0;
+    uint64_t drop_backlog = 0;  // REQs dropped: the listener had `backlog` unanswered ones
   };
   const Stats& stats() const { return stats_; }
 
@@ -201,6 +202,8 @@ class ConnectionManager {
                  wire::CmMsgResponse msg, wire::CmRejReason reason);
   int reject_for(uint64_t handle, const uint8_t* pdata, uint8_t len, wire::CmRejReason reason);
   void enter_timewait(Id& id);
+  /// The listener has `backlog` requests nobody answered yet: counts the drop.
+  bool backlog_full(const Id& listener);
   uint32_t new_comm_id();
   uint64_t new_tid();
 

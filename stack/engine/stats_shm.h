@@ -28,6 +28,7 @@ inline constexpr CmCounterInfo kCmCounterInfo[] = {
     {"cm_drop_not_ours", "REQs for a service nobody here listens on (or not an IP service)"},
     {"cm_rejects_sent", "REJs sent"},
     {"cm_rejects_rcvd", "REJs received"},
+    {"cm_drop_backlog", "REQs dropped unanswered: the listener's backlog was full (resent later)"},
 };
 inline constexpr size_t kCmCounters = std::size(kCmCounterInfo);
 

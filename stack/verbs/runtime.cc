@@ -155,7 +155,7 @@ void publish_stats(Runtime* rt, uint64_t now) {
     const cm::ConnectionManager::Stats& m = rt->cm->stats();
     const uint64_t v[] = {m.mads_rx,        m.mads_tx,        m.resent,         m.timeouts,
                           m.drop_malformed, m.drop_unmatched, m.drop_duplicate, m.drop_not_ours,
-                          m.rejects_sent,   m.rejects_rcvd};
+                          m.rejects_sent,   m.rejects_rcvd,   m.drop_backlog};
     static_assert(std::size(v) == kCmCounters);
     std::copy(std::begin(v), std::end(v), rt->stats->cm);
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "cm/cm.h"
@@ -433,6 +434,85 @@ TEST_F(CmFixture, ReplayedForgedAndMalformedMadsAreDroppedAndCounted) {
   EXPECT_EQ(cma->state(kActive), cm::State::kEstablished);
   EXPECT_EQ(cmb->state(hb), cm::State::kEstablished);
   send_through(a, qa, b, qb, 4);
+}
+
+TEST_F(CmFixture, RandomlyDamagedMadsAreEachTakenAndJudgedWithoutHarm) {
+  // An attacker on the link sends every CM message of a real exchange with random bytes
+  // changed (re-sealed, so they reach the CM). Each must be counted, and none may crash the
+  // CM or leave it unable to take the next.
+  start_cms();
+  connect_all();
+  std::vector<std::vector<uint8_t>> mads;
+  for (const auto& f : ta.sent) if (is_mad(f)) mads.push_back(f);
+  for (const auto& f : tb.sent) if (is_mad(f)) mads.push_back(f);
+  ASSERT_GE(mads.size(), 3u);
+  std::mt19937_64 rng(2026);
+  auto rx = [&] { return cmb->stats().mads_rx + cma->stats().mads_rx; };
+  auto tx = [&] { return cmb->stats().mads_tx + cma->stats().mads_tx; };
+  const uint64_t rx0 = rx(), tx0 = tx();
+  constexpr int kRounds = 3000;
+  for (int i = 0; i < kRounds; ++i) {
+    auto f = mads[rng() % mads.size()];
+    const bool from_a = std::equal(f.begin() + 6, f.begin() + 12, link.a().mac().begin());
+    for (int flips = 1 + static_cast<int>(rng() % 8); flips > 0; --flips)
+      f[kMadOff + rng() % wire::kMadLen] = static_cast<uint8_t>(rng());
+    reseal(f);
+    (from_a ? ta : tb).inject(f);
+    run([] { return false; }, 2'000'000);
+  }
+  // Every MAD on the link reached a CM: the injected ones and the CMs' answers to them.
+  EXPECT_EQ(rx() - rx0, static_cast<uint64_t>(kRounds) + (tx() - tx0));
+  EXPECT_GT(tx() - tx0, 0u);  // some were answered (a REQ again, a REJ, ...)
+  // Still a working CM: a new connection on another port.
+  ev_a.clear();
+  ASSERT_EQ(cmb->create(kListen + 1, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cmb->bind(kListen + 1, ep(kIpB, kPort + 1)), 0);
+  ASSERT_EQ(cmb->listen(kListen + 1, 8), 0);
+  ASSERT_EQ(cma->create(kActive + 1, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cma->resolve_addr(kActive + 1, ep(kIpA, 40001), ep(kIpB, kPort + 1), 2000), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
+  ASSERT_EQ(cma->resolve_route(kActive + 1), 0);
+  cm::ConnParam p;
+  p.qp_num = 0x777;
+  ASSERT_EQ(cma->connect(kActive + 1, p, nullptr, 0), 0);
+  ASSERT_TRUE(run([&] {
+    for (const Event& e : ev_b)
+      if (e.type == cm::kConnectRequest && e.listen_handle == kListen + 1) return true;
+    return false;
+  }));
+}
+
+TEST_F(CmFixture, AFullBacklogDropsRequestsUntilOneIsAnswered) {
+  // The listener takes 2; a third REQ (a flood's, say) is dropped without an answer, and its
+  // resend gets through once the application has answered one.
+  start_cms();
+  ASSERT_EQ(cmb->create(kListen, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cmb->bind(kListen, ep(kIpB, kPort)), 0);
+  ASSERT_EQ(cmb->listen(kListen, 2), 0);
+  for (uint64_t i = 0; i < 3; ++i) {
+    const uint64_t h = kActive + i;
+    ASSERT_EQ(cma->create(h, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+    ASSERT_EQ(cma->resolve_addr(h, ep(kIpA, static_cast<uint16_t>(40000 + i)), ep(kIpB, kPort),
+                                2000), 0);
+    ASSERT_TRUE(run([&] { return cma->state(h) == cm::State::kAddrResolved; }));
+    ASSERT_EQ(cma->resolve_route(h), 0);
+    cm::ConnParam p;
+    p.qp_num = static_cast<uint32_t>(0x100 + i);
+    ASSERT_EQ(cma->connect(h, p, nullptr, 0), 0);
+  }
+  auto requests = [&] {
+    std::vector<uint64_t> out;
+    for (const Event& e : ev_b) if (e.type == cm::kConnectRequest) out.push_back(e.handle);
+    return out;
+  };
+  run([] { return false; }, 100'000);  // less than a resend timeout
+  ASSERT_EQ(requests().size(), 2u);
+  EXPECT_EQ(cmb->stats().drop_backlog, 1u);
+  ASSERT_EQ(cmb->reject(requests()[0], nullptr, 0), 0);
+  ASSERT_TRUE(run([&] { return requests().size() == 3; }));
+  // The dropped REQ came through on a resend (the unanswered one was resent too).
+  EXPECT_GE(cma->stats().resent, 1u);
+  EXPECT_EQ(cmb->stats().drop_backlog, 1u);
 }
 
 TEST_F(CmFixture, DisconnectWithALostDrepEndsOnBothSides) {
