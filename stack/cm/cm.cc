@@ -343,7 +343,9 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     r.primary.remote_gid = id->dst.ip;
     r.primary.traffic_class = id->tos;
     r.primary.hop_limit = 64;
-    r.primary.packet_rate = 3;  // 10 Gb/s
+    // 0 = the port's current rate: no static rate limit on the peer's QP (the kernel's rdma_cm
+    // sends 0 too unless the netdev reports 10 Gb/s or more).
+    r.primary.packet_rate = 0;
     r.primary.local_ack_timeout = id->ack_timeout;
     if (len > r.private_data.size() - wire::CmaIpHeader::kLen) return EINVAL;
     ip.emit(r.private_data);

@@ -279,6 +279,12 @@ TEST_F(CmFixture, ConnectsAndCarriesDataBothWays) {
   wire::CmRep wrep;
   ASSERT_EQ(wire::CmRep::parse({&find_mad(tb.sent, wire::cm_attr::kRep)[kCmOff],
                                 wire::kCmDataLen}, wrep), wire::ParseError::kOk);
+  // The path as the kernel's rdma_cm gives it over RoCE: hop limit 64, the port's current
+  // rate (no static rate limit for the passive side's QP), the GIDs of both addresses.
+  EXPECT_EQ(wreq.primary.hop_limit, 64);
+  EXPECT_EQ(wreq.primary.packet_rate, 0);
+  EXPECT_EQ(wreq.primary.local_gid, wire::ipv4_mapped_gid(kIpA));
+  EXPECT_EQ(wreq.primary.remote_gid, wire::ipv4_mapped_gid(kIpB));
   ibv_qp_attr at{};
   ibv_qp_init_attr ia{};
   ASSERT_EQ(a.engine->query_qp(qa, &at, IBV_QP_RQ_PSN | IBV_QP_SQ_PSN, &ia), 0);
