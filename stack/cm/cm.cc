@@ -278,12 +278,13 @@ bool ConnectionManager::path_for(Id& id) {
 int ConnectionManager::listen(uint64_t handle, int backlog) {
   Id* id = find(handle);
   if (id == nullptr) return EINVAL;
+  const int room = backlog > 0 ? backlog : 1024;  // 0 or less: the default, as rdma_cm's
   if (id->state == State::kListen) {
-    id->backlog = backlog;
+    id->backlog = room;
     return 0;
   }
   if (id->state != State::kIdle || !id->bound) return EINVAL;
-  id->backlog = backlog > 0 ? backlog : 1024;
+  id->backlog = room;
   set_state(*id, State::kListen);
   return 0;
 }
@@ -823,7 +824,8 @@ void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) 
   n.remote_psn = r.starting_psn;
   // Ours now: the application moves its QP to RTS (init_qp_attr) before it accepts.
   n.local_psn = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
-  n.remote_response_timeout = r.remote_cm_response_timeout;
+  // How long the active side may take to answer us (our REP): its local response timeout.
+  n.remote_response_timeout = r.local_cm_response_timeout;
   n.ack_timeout = l->ack_timeout;
   n.tos = l->tos;
   ibv_port_attr pa{};

@@ -96,7 +96,8 @@ uint32_t link_scope(const wire::Gid& ip) {
   return scope;
 }
 
-void to_sockaddr(const cm::Endpoint& ep, sockaddr_storage* out) {
+void to_sockaddr(const cm::Endpoint& ep, sockaddr_storage* out,
+                 const cm::Endpoint* scope_of = nullptr) {
   *out = {};
   if (!ep.ipv6()) {
     auto* in = reinterpret_cast<sockaddr_in*>(out);
@@ -108,7 +109,8 @@ void to_sockaddr(const cm::Endpoint& ep, sockaddr_storage* out) {
     in6->sin6_family = AF_INET6;
     std::memcpy(&in6->sin6_addr, ep.ip.data(), 16);
     in6->sin6_port = htons(ep.port);
-    in6->sin6_scope_id = link_scope(ep.ip);
+    // A peer's link-local address is scoped by the local address that reaches it.
+    in6->sin6_scope_id = link_scope(scope_of != nullptr ? scope_of->ip : ep.ip);
   }
 }
 
@@ -171,7 +173,7 @@ void deliver(Runtime* rt, const cm::Event& e) {
                e.param.qkey};
   out.ah_attr = e.ah;
   to_sockaddr(e.src, &out.src);
-  to_sockaddr(e.dst, &out.dst);
+  to_sockaddr(e.dst, &out.dst, &e.src);
   out.private_data_len = e.pdata_len;
   std::memcpy(out.private_data, e.pdata.data(), e.pdata_len);
   std::shared_ptr<Channel> ch;

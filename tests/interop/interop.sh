@@ -157,7 +157,7 @@ p=\$!
 ( while kill -0 \$p 2>/dev/null; do [ -e /host/job.$n.cancel ] && kill \$p; sleep 0.2; done ) &
 EOF
   [ "$port" = 0 ] || cat <<EOF
-for i in \$(seq 600); do ss -Hltn 'sport = :$port' | grep -q . && break; rdma res show cm_id 2>/dev/null | grep -q "LISTEN.*:$port " && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
+for i in \$(seq 600); do ss -Hltn 'sport = :$port' | grep -q . && break; rdma res show cm_id 2>/dev/null | grep -Eq "LISTEN.*:$port( |\\\$)" && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
 touch /host/job.$n.listening
 EOF
   echo 'wait $p'
@@ -208,11 +208,11 @@ lossy1_read_lat|both|ib_read_lat -s 4096 -n 300 -m 4096|loss 1%|loss=0.01,seed=2
 reorder_srq_pingpong|both|ibv_srq_pingpong -s 4096 -n 100 -m 1024 -c|delay 1ms reorder 95%|reorder=0.05,window=4,seed=17
 reorder_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=18
 reorder_verify|both|rdma_verify -s 10000 -n 30 -m 1024|delay 1ms reorder 95%|reorder=0.05,window=4,seed=22
-cm_rping|both|rping -C 20 -S 1024 -v||
+cm_rping|both|rping -C 20 -S 1024 -v -V||
 cm_send_bw|both|ib_send_bw -R -s 4096 -n 300||
 cm_write_bw|k2u|ib_write_bw -R -s 65536 -n 100||
 cm_read_lat|k2u|ib_read_lat -R -s 64 -n 200||
-lossy5_cm_rping|both|rping -C 100 -S 4000 -v|loss 5%|loss=0.05,seed=31
+lossy5_cm_rping|both|rping -C 100 -S 4000 -v -V|loss 5%|loss=0.05,seed=31
 lossy5_cm_send_bw|both|ib_send_bw -R -s 4096 -n 300|loss 5%|loss=0.05,seed=32
 EOF
 )
@@ -234,6 +234,7 @@ uroce_cmd() {
 result_line() {  # the figure a program prints (pingpong: "iters in"; perftest: the table row)
   local pings
   pings=$(grep -c '^ping data: rdma-ping-' "$1" || true)  # rping -c -v: one line per ping
+  # (-V: rping compares what came back and fails on a difference)
   if [ "$pings" -gt 0 ]; then echo "$pings pings verified"; return; fi
   grep -E 'iters in|^ +[0-9]+ +[0-9]+ +[0-9.]+|verified' "$1" | tail -1 | tr -s ' \t' ' ' || true
 }

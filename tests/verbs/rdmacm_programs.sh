@@ -64,11 +64,11 @@ run_pair() {  # NAME WAIT(tcp:PORT|udp:PORT) EXPECT SERVER-ARGS... -- CLIENT-ARG
   echo "ok: $name: $(grep -E "$expect" "$dir/client.log" | tail -1 | tr -s ' \t' ' ')"
 }
 
-run_pair "rping IPv4" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.2 -C 10 -- rping -c -v -a 10.97.0.2 -C 10
+run_pair "rping IPv4" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.2 -C 10 -- rping -c -v -V -a 10.97.0.2 -C 10
 srv_ns=$nsA srv_if=${tag}va cli_ns=$nsB cli_if=${tag}vb
-run_pair "rping IPv4, the other way" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.1 -C 10 -- rping -c -v -a 10.97.0.1 -C 10
+run_pair "rping IPv4, the other way" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0.1 -C 10 -- rping -c -v -V -a 10.97.0.1 -C 10
 srv_ns=$nsB srv_if=${tag}vb cli_ns=$nsA cli_if=${tag}va
-run_pair "rping IPv6" tcp:7174 "rdma-ping-9:" rping -s -a fd00:97::2 -C 10 -- rping -c -v -a fd00:97::2 -C 10
+run_pair "rping IPv6" tcp:7174 "rdma-ping-9:" rping -s -a fd00:97::2 -C 10 -- rping -c -v -V -a fd00:97::2 -C 10
 # Link-local IPv6 (fe80::, GID index 0): an address that names its interface (%IF).
 ll=""
 for _ in $(seq 100); do  # until duplicate address detection has passed
@@ -76,8 +76,8 @@ for _ in $(seq 100); do  # until duplicate address detection has passed
   [ -n "$ll" ] && break; sleep 0.1
 done
 [ -n "$ll" ] || { echo "FAIL: no link-local address on ${tag}vb"; exit 1; }
-run_pair "rping link-local IPv6" tcp:7174 "rdma-ping-4:" rping -s -a "$ll%${tag}vb" -C 5 -- rping -c -v -a "$ll%${tag}va" -C 5
-run_pair "rping, the server on every address" tcp:7174 "rdma-ping-4:" rping -s -C 5 -- rping -c -v -a 10.97.0.2 -C 5
+run_pair "rping link-local IPv6" tcp:7174 "rdma-ping-4:" rping -s -a "$ll%${tag}vb" -C 5 -- rping -c -v -V -a "$ll%${tag}va" -C 5
+run_pair "rping, the server on every address" tcp:7174 "rdma-ping-4:" rping -s -C 5 -- rping -c -v -V -a 10.97.0.2 -C 5
 run_pair "ucmatose (RC, 1 connection)" tcp:7471 "test complete" ucmatose -- ucmatose -s 10.97.0.2
 run_pair "ucmatose (RC, 4 connections, 20 messages)" tcp:7471 "test complete" ucmatose -c 4 -C 20 -- ucmatose -s 10.97.0.2 -c 4 -C 20
 run_pair "udaddy (UD, SIDR)" udp:7174 "test complete" udaddy -- udaddy -s 10.97.0.2

@@ -175,7 +175,8 @@ void QpTracker::on_cm(const Frame& f, const wire::CmMessage& m, std::vector<Note
   auto note = [&](std::string t) { notes.push_back({NoteKind::kConnection, std::move(t)}); };
   // A message names the connection by the sender's comm ID and (but for a REQ) the receiver's.
   auto find = [&](uint32_t local, uint32_t remote) -> CmConnection* {
-    for (CmConnection& c : cm_) {
+    for (auto it = cm_.rbegin(); it != cm_.rend(); ++it) {  // the newest first
+      CmConnection& c = *it;
       if (f.src == c.active && c.active_comm == local && f.dst == c.passive &&
           (remote == 0 || c.passive_comm == remote || c.passive_comm == 0))
         return &c;
@@ -187,7 +188,8 @@ void QpTracker::on_cm(const Frame& f, const wire::CmMessage& m, std::vector<Note
   };
   const std::string from = addr_string(f.src), to = addr_string(f.dst);
   if (const auto* r = m.get<wire::CmReq>()) {
-    if (CmConnection* c = find(r->local_comm_id, 0)) {
+    if (CmConnection* c = find(r->local_comm_id, 0);
+        c != nullptr && (c->state == State::kRequested || c->state == State::kReplied)) {
       note(strf("the REQ of #%" PRIu64 " again (comm ID 0x%08x): %s had no answer within its "
                 "CM response timeout; %s since the first",
                 c->req_frame, r->local_comm_id, from.c_str(),

@@ -243,10 +243,11 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
   auto from_x = [&](const Pkt& p) { return cap.host_of(p) == x; };
 
   // ---- QPs set up by the connection manager: a REQ and the REP that answers it name both QPs,
-  // the first PSN each side expects to receive, and the path MTU.
+  // the first PSN each side expects to receive, and the path MTU (the active side's offer: the
+  // packets tell better when they can).
+  uint32_t cm_mtu = 0;
   if (!sc.qps_set) {
     const wire::Ipv4Addr xip = cap.ip[x];
-    uint32_t cm_mtu = 0;
     std::string frames;
     for (const CmMad& rep_mad : cap.cm) {
       const auto* rep = rep_mad.msg.get<wire::CmRep>();
@@ -278,11 +279,10 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
     }
     if (!sc.qps.empty()) {
       sc.qps_set = true;
-      if (sc.mtu == 0 && cm_mtu != 0) sc.mtu = cm_mtu;
       std::sort(sc.qps.begin(), sc.qps.end(),
                 [](const QpSpec& a, const QpSpec& b) { return a.qpn < b.qpn; });
       sc.notes.push_back(std::to_string(sc.qps.size()) +
-                         " QP(s), first PSNs and path MTU from the CM REQ/REP (frames " + frames +
+                         " QP(s) and first PSNs from the CM REQ/REP (frames " + frames +
                          "); the " + std::to_string(cap.cm.size()) +
                          " CM MADs themselves are not replayed");
     }
@@ -415,6 +415,11 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
       if (p.info->pos == Position::kFirst || p.info->pos == Position::kMiddle)
         mtu = std::max(mtu, p.payload_len);
     }
+    if (mtu == 0 && cm_mtu != 0) {
+      mtu = cm_mtu;
+      sc.notes.push_back("path MTU " + std::to_string(mtu) +
+                         " from the CM REQ (no multi-packet message in the capture)");
+    }
     if (mtu == 0) {
       mtu = 1024;
       while (mtu < biggest && mtu < 4096) mtu *= 2;
@@ -477,11 +482,14 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
     // Contents: replay the capture's writes and reads in order.
     std::vector<std::vector<uint8_t>> known(sc.mrs.size());
     for (size_t i = 0; i < sc.mrs.size(); ++i) known[i].assign(sc.mrs[i].length, 0);
-    // What the memory holds as the capture goes on (valid: not since changed by an atomic).
+    // What the memory holds as the capture goes on (valid: not since changed by an atomic),
+    // and the packet (index + 1) whose WRITE changed each byte last.
     std::vector<std::vector<uint8_t>> cur(sc.mrs.size()), valid(sc.mrs.size());
+    std::vector<std::vector<size_t>> written_by(sc.mrs.size());
     for (size_t i = 0; i < sc.mrs.size(); ++i) {
       cur[i].assign(sc.mrs[i].length, 0);
       valid[i].assign(sc.mrs[i].length, 0);
+      written_by[i].assign(sc.mrs[i].length, 0);
     }
     auto locate = [&](uint32_t rkey, uint64_t va, uint64_t len) -> std::pair<int, uint64_t> {
       for (size_t i = 0; i < sc.mrs.size(); ++i) {
@@ -518,6 +526,7 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
             std::fill_n(known[mi].begin() + at, p.payload_len, uint8_t{1});
             std::copy(p.payload().begin(), p.payload().end(), cur[mi].begin() + at);
             std::fill_n(valid[mi].begin() + at, p.payload_len, uint8_t{1});
+            std::fill_n(written_by[mi].begin() + at, p.payload_len, pi + 1);
           }
         } else if (p.info->op == Operation::kReadRequest) {
           reads[q->qpn].push_back({p.psn(), p.hdr.ext.reth.rkey, p.hdr.ext.reth.va,
@@ -553,6 +562,9 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
         Scenario::AppWrite aw;  // the bytes the application must have changed since
         for (size_t b = 0; b < data.size(); ++b) {
           const size_t at = o + b;
+          // A WRITE after this READ was requested: the response may show the older data,
+          // and the memory now holds the WRITE's.
+          if (written_by[mi][at] > it->at + 1) continue;
           if (k[at] == 0) {
             init[at] = data[b];
             k[at] = 1;

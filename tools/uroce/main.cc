@@ -186,12 +186,21 @@ int stats(int only_pid) {
     }
     const int fd = shm_open(name.c_str(), O_RDONLY, 0);
     if (fd < 0) continue;
+    // Written by another build of uroce (another size): its layout is not this one's.
+    struct stat sb{};
+    if (fstat(fd, &sb) != 0 || static_cast<size_t>(sb.st_size) != sizeof(uroce::StatsShm)) {
+      close(fd);
+      std::printf("pid %d, device %s: counters of another uroce version (not shown)\n", pid, dev);
+      ++shown;
+      continue;
+    }
     void* p = mmap(nullptr, sizeof(uroce::StatsShm), PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) continue;
     const auto* st = static_cast<const uroce::StatsShm*>(p);
     if (st->magic == uroce::StatsShm::kMagic &&
-        st->n_counters == static_cast<uint32_t>(uroce::Counter::kCount)) {
+        st->n_counters == static_cast<uint32_t>(uroce::Counter::kCount) &&
+        st->n_parse_errors == static_cast<uint32_t>(uroce::wire::ParseError::kCount)) {
       std::printf("pid %d, device %s\n", pid, st->device);
       for (size_t i = 0; i < uroce::kCounterInfo.size(); ++i) {
         if (st->values[i] == 0) continue;
