@@ -159,6 +159,34 @@ TEST_F(Responder, ShortMiddlePacketIsAnInvalidRequest) {
   EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
 }
 
+TEST_F(Responder, DuplicateWriteAfterAReadIsAckedBelowTheRead) {
+  // WRITE at ePSN, then a READ at ePSN+1 (answered). The WRITE comes again (its ACK was
+  // lost): the ACK must not carry the READ's PSN or a later one, or the requester may take
+  // it for the READ's completion without its data (the kernel's rxe does, when the PSNs are
+  // equal). Expect: ACK for the WRITE's PSN.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  step();
+  send(opcode::kRcReadRequest, kEpsn + 1, {}, reth(0, 8));
+  ASSERT_EQ(step().size(), 1u);  // READ RESPONSE ONLY
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  // A SEND after the READ, then the WRITE again: still below the READ.
+  send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(8, 2), reth(8, 8));
+  step();
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  // Its own duplicate, after the READ: everything up to the newest PSN.
+  send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(8, 2), reth(8, 8));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 2);
+}
+
 TEST_F(Responder, ReadIsAnsweredInMtuSegmentsAndDuplicateReplaysSubset) {
   for (size_t i = 0; i < 4096; ++i) mem[32 + i] = static_cast<uint8_t>(i * 3);
   // In order: READ 2500 bytes. Expect: FIRST, MIDDLE, LAST with PSNs ePSN..ePSN+2.
