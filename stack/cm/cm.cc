@@ -795,7 +795,7 @@ void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) 
   Id* l = listener_for(ps, port, m.dgid);
   if (l == nullptr) {
     // Not ours. Another process on this interface may listen there: the owner of the
-    // listener set decides (the verbs provider tells us through not_ours()).
+    // listener set decides (the verbs provider tells us through unowned_).
     ++stats_.drop_not_ours;
     if (unowned_ && unowned_(ps, port, m.dgid))
       reply_rej(m, tid, r.local_comm_id, CmMsgResponse::kReq, CmRejReason::kInvalidServiceId);
@@ -849,6 +849,16 @@ void ConnectionManager::on_req(const GsiMad& m, uint64_t tid, const uint8_t* d) 
        static_cast<uint8_t>(r.private_data.size() - hdr), l->handle);
 }
 
+ConnectionManager::Id* ConnectionManager::matched(const GsiMad& m, uint32_t ours,
+                                                   std::optional<uint32_t> theirs) {
+  Id* id = by_local_comm_id(ours);
+  if (id == nullptr || id->dst.ip != m.sgid || (theirs && id->remote_comm_id != *theirs)) {
+    ++stats_.drop_unmatched;
+    return nullptr;
+  }
+  return id;
+}
+
 bool ConnectionManager::backlog_full(const Id& listener) {
   // A full backlog drops the request without an answer, so that the peer's resend may find
   // room (the kernel's ib_cm does the same when rdma_cm cannot queue the event).
@@ -864,11 +874,8 @@ void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) 
   (void)tid;
   wire::CmRep r;
   if (!parse_cm(d, &r)) return;
-  Id* id = by_local_comm_id(r.remote_comm_id);
-  if (id == nullptr || id->dst.ip != m.sgid) {
-    ++stats_.drop_unmatched;
-    return;
-  }
+  Id* id = matched(m, r.remote_comm_id);
+  if (id == nullptr) return;
   if (id->state == State::kEstablished && id->remote_comm_id == r.local_comm_id) {
     // Our RTU was lost: send it again.
     ++stats_.drop_duplicate;
@@ -897,11 +904,8 @@ void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) 
 void ConnectionManager::on_rtu(const GsiMad& m, const uint8_t* d) {
   wire::CmRtu r;
   if (!parse_cm(d, &r)) return;
-  Id* id = by_local_comm_id(r.remote_comm_id);
-  if (id == nullptr || id->dst.ip != m.sgid || id->remote_comm_id != r.local_comm_id) {
-    ++stats_.drop_unmatched;
-    return;
-  }
+  Id* id = matched(m, r.remote_comm_id, r.local_comm_id);
+  if (id == nullptr) return;
   if (id->state != State::kRepSent) {
     ++stats_.drop_duplicate;
     return;
@@ -915,11 +919,8 @@ void ConnectionManager::on_rtu(const GsiMad& m, const uint8_t* d) {
 void ConnectionManager::on_rej(const GsiMad& m, const uint8_t* d) {
   wire::CmRej r;
   if (!parse_cm(d, &r)) return;
-  Id* id = by_local_comm_id(r.remote_comm_id);
-  if (id == nullptr || id->dst.ip != m.sgid) {
-    ++stats_.drop_unmatched;
-    return;
-  }
+  Id* id = matched(m, r.remote_comm_id);
+  if (id == nullptr) return;
   // A REJ for our REQ carries no comm ID of the peer's yet; later ones must match.
   if (id->state != State::kReqSent && id->remote_comm_id != r.local_comm_id) {
     ++stats_.drop_unmatched;
@@ -952,11 +953,8 @@ void ConnectionManager::on_rej(const GsiMad& m, const uint8_t* d) {
 void ConnectionManager::on_mra(const GsiMad& m, const uint8_t* d) {
   wire::CmMra r;
   if (!parse_cm(d, &r)) return;
-  Id* id = by_local_comm_id(r.remote_comm_id);
-  if (id == nullptr || id->dst.ip != m.sgid) {
-    ++stats_.drop_unmatched;
-    return;
-  }
+  Id* id = matched(m, r.remote_comm_id);
+  if (id == nullptr) return;
   // The peer needs longer: wait its service timeout (plus ours) before sending again.
   if (id->state == State::kReqSent || id->state == State::kRepSent) {
     id->resend_timeout = std::max(id->resend_timeout, r.service_timeout);
@@ -968,11 +966,8 @@ void ConnectionManager::on_mra(const GsiMad& m, const uint8_t* d) {
 void ConnectionManager::on_dreq(const GsiMad& m, uint64_t tid, const uint8_t* d) {
   wire::CmDreq r;
   if (!parse_cm(d, &r)) return;
-  Id* id = by_local_comm_id(r.remote_comm_id);
-  if (id == nullptr || id->dst.ip != m.sgid || id->remote_comm_id != r.local_comm_id) {
-    ++stats_.drop_unmatched;
-    return;
-  }
+  Id* id = matched(m, r.remote_comm_id, r.local_comm_id);
+  if (id == nullptr) return;
   id->tid = tid;
   switch (id->state) {
     case State::kRepSent:
@@ -1008,11 +1003,8 @@ void ConnectionManager::on_dreq(const GsiMad& m, uint64_t tid, const uint8_t* d)
 void ConnectionManager::on_drep(const GsiMad& m, const uint8_t* d) {
   wire::CmDrep r;
   if (!parse_cm(d, &r)) return;
-  Id* id = by_local_comm_id(r.remote_comm_id);
-  if (id == nullptr || id->dst.ip != m.sgid || id->remote_comm_id != r.local_comm_id) {
-    ++stats_.drop_unmatched;
-    return;
-  }
+  Id* id = matched(m, r.remote_comm_id, r.local_comm_id);
+  if (id == nullptr) return;
   if (id->state != State::kDreqSent) {
     ++stats_.drop_duplicate;
     return;

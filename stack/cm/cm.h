@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -202,6 +203,10 @@ class ConnectionManager {
                  wire::CmMsgResponse msg, wire::CmRejReason reason);
   int reject_for(uint64_t handle, const uint8_t* pdata, uint8_t len, wire::CmRejReason reason);
   void enter_timewait(Id& id);
+  /// The connection a message from m's sender names: ours by our comm ID `ours`, held with
+  /// that peer, and with the peer's comm ID `theirs` once we know it. Counted as unmatched
+  /// when there is none.
+  Id* matched(const GsiMad& m, uint32_t ours, std::optional<uint32_t> theirs = std::nullopt);
   /// The listener has `backlog` requests nobody answered yet: counts the drop.
   bool backlog_full(const Id& listener);
   uint32_t new_comm_id();
