@@ -28,19 +28,20 @@ if [ "$1" = "reap" ]; then
   : >"/dev/shm/uroce-$dead-uroce0"
   mkdir -p "/var/run/dpdk/uroce-$dead"
 fi
-counters() { ls /dev/shm | grep -E '^uroce-[0-9]+-' | sort || true; }
-before=$(counters)
 # In the sanitizer build the program itself runs with leak checking on (the ASan options
 # given to this script keep it off for the shell's tools) and a small quarantine, so that its
 # memory figures mean what they say.
 [ -z "${ASAN_OPTIONS:-}" ] || set -- env ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=4:abort_on_error=1 "$bin" "$@"
 [ -n "${ASAN_OPTIONS:-}" ] || set -- "$bin" "$@"
+# The program's pid (the shell execs it), so that the check below looks at its files only:
+# tests running beside this one kill uroce processes of their own, whose files stay until the
+# next open reaps them.
 ip netns exec "$ns" env -u UROCE_IFACE LD_LIBRARY_PATH="$lib" UROCE_CONFIG="$dir/uroce.conf" \
-  timeout 300 "$@"
-# A clean exit leaves no counters file: a new one whose process is gone is ours, left behind.
-for f in $(comm -13 <(echo "$before") <(counters)); do
-  pid=${f#uroce-}; pid=${pid%%-*}
-  kill -0 "$pid" 2>/dev/null || { echo "FAIL: /dev/shm/$f left behind"; exit 1; }
+  timeout 300 sh -c 'echo $$ >"$0"; exec "$@"' "$dir/pid" "$@"
+# A clean exit leaves no counters file.
+pid=$(cat "$dir/pid")
+for f in /dev/shm/uroce-"$pid"-*; do
+  [ ! -e "$f" ] || { echo "FAIL: $f left behind"; exit 1; }
 done
 if [ $reap -eq 1 ]; then
   [ ! -e "/dev/shm/uroce-$dead-uroce0" ] || { echo "FAIL: /dev/shm/uroce-$dead-uroce0 not reaped"; exit 1; }
