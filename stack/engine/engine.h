@@ -307,7 +307,8 @@ class Engine {
   void complete_recv(Qp* qp, const wire::ParsedPacket& p, ibv_wc_status st);
   void complete_recv_error(Qp* qp, uint64_t wr_id, ibv_wc_status st);
   void no_receive_wqe(Qp* qp, Psn psn);  // RC: RNR NAK; UC: the message is dropped
-  void send_ack(Qp* qp, uint8_t syndrome, Psn psn);
+  void send_ack(Qp* qp, uint8_t syndrome, Psn psn);  // with the QP's current MSN
+  void send_ack(Qp* qp, uint8_t syndrome, Psn psn, uint32_t msn);
   void queue_ack(Qp* qp, Psn psn);
   void send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c);
   void responder_error(Qp* qp, wire::NakCode code, Psn psn, ibv_wc_status local_status);

@@ -271,6 +271,7 @@ struct Qp {
   // Coalesced ACK waiting to be sent.
   bool ack_pending = false;
   Psn ack_psn;
+  uint32_t ack_msn = 0;  // the MSN when ack_psn was queued: later messages may complete first
   uint8_t ack_syndrome = 0;
 
   // Engine bookkeeping.

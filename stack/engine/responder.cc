@@ -98,11 +98,13 @@ void Engine::no_receive_wqe(Qp* qp, Psn psn) {
   }
 }
 
-void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) {
+void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) { send_ack(qp, syndrome, psn, qp->msn); }
+
+void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn, uint32_t msn) {
   RoceHeaders h = qp->tx_template;
   h.bth.opcode = opcode::kRcAck;
   h.bth.psn = psn.value();
-  h.ext.aeth = {syndrome, qp->msn & 0xFFFFFF};
+  h.ext.aeth = {syndrome, msn & 0xFFFFFF};
   FrameLayout lay;
   Frame* f = build_packet(h, 0, &lay);
   if (f == nullptr) return;  // the requester's timer will recover
@@ -112,6 +114,7 @@ void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) {
 void Engine::queue_ack(Qp* qp, Psn psn) {
   qp->ack_pending = true;
   qp->ack_psn = psn;
+  qp->ack_msn = qp->msn;
   schedule(qp);
 }
 
@@ -123,7 +126,7 @@ void Engine::send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c) {
   // NAK for an old duplicate and wait forever.
   if (qp->ack_pending && qp->ack_psn - psn >= 0) qp->ack_pending = false;
   if (qp->ack_pending && qp->res_sending == 0) {
-    send_ack(qp, AethRepr::make_ack(), qp->ack_psn);
+    send_ack(qp, AethRepr::make_ack(), qp->ack_psn, qp->ack_msn);
     counters_.inc(Counter::acks_sent);
     qp->ack_pending = false;
   }
@@ -550,7 +553,7 @@ bool Engine::responder_step(Qp* qp, uint32_t* budget) {
   }
   if (qp->res_sending > 0) return true;
   if (qp->ack_pending) {
-    send_ack(qp, AethRepr::make_ack(), qp->ack_psn);
+    send_ack(qp, AethRepr::make_ack(), qp->ack_psn, qp->ack_msn);
     counters_.inc(Counter::acks_sent);
     qp->ack_pending = false;
   }

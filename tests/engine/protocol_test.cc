@@ -282,5 +282,21 @@ TEST_F(Responder, WrongPkeyBadIcrcAndUnknownQpAreDroppedAndCounted) {
   EXPECT_EQ(engine->counters()[Counter::rx_drop_malformed], 1u);
 }
 
+TEST_F(Responder, CoalescedAckCarriesTheMsnOfItsOwnPsn) {
+  // Three WRITEs in one poll, AckReq on the first only (a requester may ask for ACKs now
+  // and then, not at every message's end as rxe does). Expect: one ACK for the first's PSN,
+  // with MSN 1 (the messages done up to that PSN), not 3: the MSN is taken when the ACK is
+  // due, not when it leaves.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(8, 1), reth(0, 8), true);
+  send(opcode::kRcWriteOnly, kEpsn + 1, std::vector<uint8_t>(8, 2), reth(8, 8), false);
+  send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(8, 3), reth(16, 8), false);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
+  EXPECT_EQ(mem[32 + 16], 3);  // all three executed
+}
+
 }  // namespace
 }  // namespace uroce::test
