@@ -50,7 +50,6 @@ struct StatsShm {
   uint64_t progress_woke_kick;      // an application thread left work
   uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
   uint64_t cm[kCmCounters];         // kCmCounterInfo's; all 0 while no CM runs
-  uint64_t posts_held;  // posts held back and sent by their thread's next poll (batching)
 };
 
 inline std::string stats_shm_name(int pid, const std::string& device) {

@@ -27,11 +27,10 @@ void app_back(Runtime* rt, uint64_t now) {
   }
 }
 
-uint64_t app_posted(Runtime* rt) {
+void app_posted(Runtime* rt) {
   const uint64_t now = now_ns();
   rt->last_app_poll.store(now, std::memory_order_relaxed);
   app_back(rt, now);
-  return now;
 }
 
 struct UPd {
@@ -126,49 +125,22 @@ int after_poll(Runtime* rt, int got, uint64_t now) {
   return got;
 }
 
-// Send batching: a thread that has just taken completions from a CQ and posts again (a
-// streaming application: perftest's bandwidth tests, anything that refills its send queue
-// as completions come) is about to poll again. Its posts then only ring the doorbell, and
-// its next poll sends them all in one pass: one system call for the burst instead of one per
-// post (docs/threading.md). Every other post is sent at once. Held posts never wait for long:
-// the next poll, a post past the window or the limit, ibv_req_notify_cq, a control verb, or
-// the progress thread (kicked if it sleeps until traffic) sends them.
-constexpr uint64_t kBatchWindowNs = 5'000;  // after a poll that returned completions
-constexpr uint32_t kBatchMax = 32;          // posts held back at most
-thread_local uint64_t t_reaped_at = 0;      // when this thread's poll last got completions
-thread_local uint32_t t_held = 0;           // posts this thread holds back
-
-/// Sends what this thread held back (if another thread runs the engine, it runs one more
-/// pass before letting go).
-void send_held(Runtime* rt) {
-  if (t_held == 0) return;
-  t_held = 0;
-  rt->drive(true);
-}
-
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
   rt->last_app_poll.store(now, std::memory_order_relaxed);
   // What is already in the CQ first, without touching the engine.
-  int got = rt->engine->poll_cq(to_cq(cq), n, wc);
-  // Nothing there: a busy-polling application drives the engine itself (sending what this
-  // thread held back), unless another thread is doing so right now (then there is nothing
-  // to wait for: return empty; that thread sends the held posts too).
-  if (got == 0 && n > 0) {
-    const bool held = t_held != 0;
-    t_held = 0;
-    if (rt->drive(held)) got = rt->engine->poll_cq(to_cq(cq), n, wc);
-  }
-  // An empty poll ends a burst: this thread may not come back soon.
-  t_reaped_at = got > 0 ? now : 0;
-  return after_poll(rt, got, now);
+  const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
+  if (got != 0 || n <= 0) return after_poll(rt, got, now);
+  // Nothing there: a busy-polling application drives the engine itself, unless another
+  // thread is doing so right now (then there is nothing to wait for: return empty).
+  if (!rt->drive(false)) return after_poll(rt, 0, now);
+  return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {
   // solicited_only is treated like "any completion": an extra wake-up is always allowed.
   Runtime* rt = runtime_of(cq->context);
-  send_held(rt);  // the thread is about to wait for an event
   std::lock_guard<std::mutex> lock(rt->notify_mu);
   Cq* c = to_cq(cq);
   c->notify_seen = c->notify_gen.load(std::memory_order_acquire);
@@ -181,18 +153,10 @@ int op_req_notify_cq(ibv_cq* cq, int) {
 
 int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   Runtime* rt = runtime_of(qp->context);
-  const uint64_t now = app_posted(rt);
+  app_posted(rt);
   const ibv_send_wr* b = nullptr;
   const int rc = rt->engine->post_send(to_qp(qp), wr, &b);  // the WRs and the doorbell
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(b);
-  if (rc == 0 && now - t_reaped_at < kBatchWindowNs && t_held < kBatchMax) {
-    ++t_held;  // sent by this thread's next poll (see kBatchWindowNs)
-    rt->posts_held.fetch_add(1, std::memory_order_relaxed);
-    // A progress thread asleep until traffic would not see them if this thread stopped here.
-    if (rt->parked.load()) rt->wake_if_needed(0);
-    return 0;
-  }
-  t_held = 0;       // this pass sends the held ones too
   rt->drive(true);  // send now, or leave it to the thread running the engine
   return rc;
 }

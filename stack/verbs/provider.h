@@ -73,7 +73,6 @@ struct Runtime {
   std::thread progress;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last posted or polled
-  std::atomic<uint64_t> posts_held{0};  // posts held back for their thread's next poll
   // How soon the application polls or posts again after a poll that returned completions (a
   // moving average, ns), and when that last happened (0: measured already). An application
   // that stays away (it spins on memory, or sleeps) hands the receiving over to the progress
@@ -198,7 +197,7 @@ ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a
 /// The application is using the device (a poll or a post, objects.cc): how long since its
 /// last completions (app_back), and that it is active (app_posted, for posts).
 void app_back(Runtime* rt, uint64_t now);
-uint64_t app_posted(Runtime* rt);  // returns the time it took
+void app_posted(Runtime* rt);
 /// ibv_alloc_mw / ibv_dealloc_mw (objects.cc).
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);

@@ -159,7 +159,6 @@ void publish_stats(Runtime* rt, uint64_t now) {
     static_assert(std::size(v) == kCmCounters);
     std::copy(std::begin(v), std::end(v), rt->stats->cm);
   }
-  rt->stats->posts_held = rt->posts_held.load(std::memory_order_relaxed);
   rt->stats->updated_ns = now;
 }
 

@@ -20,9 +20,6 @@
  *   passive UROCE  a device no application thread ever drives (uroce1) takes WRITEs: its
  *              progress thread, asleep in the kernel (parked, as `uroce stats` shows), is
  *              woken by each frame and acknowledges it (UROCE: the uroce tool)
- *   batch UROCE  posts made right after a poll that got completions are held and sent by the
- *              next poll, several at once: a refilled stream of WRITEs all arrive and complete
- *              in order, and `uroce stats` counts held posts
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -272,56 +269,6 @@ static int mode_passive(const char* uroce) {
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: a device no thread of the program drives took %d WRITEs, its parked progress "
          "thread woken by the frame in %d\n", kPassiveRounds, by_traffic);
-  return 0;
-}
-
-/* Send batching: a thread that posts right after a poll gave it completions (as perftest's
- * bandwidth tests do) has its posts sent by its next poll, several in one pass. A stream of
- * small WRITEs refilled that way arrives whole, every one completes, and uroce0's counters show
- * held posts (so the batching path ran). */
-enum { kBatchWrites = 3000, kBatchDepth = 32, kSlot = 64 };
-
-static int mode_batch(const char* uroce) {
-  struct ibv_context *c0, *c1;
-  struct ep a, b;
-  open_two(&c0, &c1, &a, &b);
-  for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(i * 7 + 3);
-  int posted = 0, done = 0;
-  while (done < kBatchWrites) {
-    while (posted < kBatchWrites && posted - done < kBatchDepth) {
-      const int slot = posted % (MSG / kSlot);
-      struct ibv_sge s = {(uintptr_t)(a.buf + slot * kSlot), kSlot, a.mr->lkey};
-      struct ibv_send_wr w = {.wr_id = (uint64_t)posted, .sg_list = &s, .num_sge = 1,
-                              .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED},
-                         *bad;
-      w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG + slot * kSlot);
-      w.wr.rdma.rkey = b.mr->rkey;
-      CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE %d: errno %d", posted, errno);
-      ++posted;
-    }
-    struct ibv_wc wc[16];
-    const int n = ibv_poll_cq(a.cq, 16, wc);
-    CHECK(n >= 0, "ibv_poll_cq: %d", n);
-    for (int i = 0; i < n; ++i) {
-      CHECK(wc[i].status == IBV_WC_SUCCESS, "WRITE %llu: status %d",
-            (unsigned long long)wc[i].wr_id, wc[i].status);
-      CHECK(wc[i].wr_id == (uint64_t)(done + i), "completion %d is WRITE %llu", done + i,
-            (unsigned long long)wc[i].wr_id);
-    }
-    done += n;
-  }
-  CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "the WRITEs' data differs");
-  /* The counters file is refreshed about 10 times a second: look until it shows them (each
-   * look is a run of `uroce stats`, bounded in number). */
-  long long held = 0;
-  for (int looks = 0; held == 0 && looks < 500; ++looks)
-    held = stat_of(uroce, "uroce0", "posts_held");
-  CHECK(held > 0, "no post was held back for the next poll (posts_held 0)");
-  ep_free(&a);
-  ep_free(&b);
-  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
-  printf("ok: %d WRITEs refilled as completions came all arrived and completed in order; "
-         "%lld posts were held for the next poll and sent with others\n", kBatchWrites, held);
   return 0;
 }
 
@@ -721,9 +668,8 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "exit")) return mode_exit();
   if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
-  if (!strcmp(m, "batch") && argc > 2) return mode_batch(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
-          "link IFACE|passive UROCE|batch UROCE\n",
+          "link IFACE|passive UROCE\n",
           argv[0]);
   return 2;
 }
