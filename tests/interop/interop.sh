@@ -168,9 +168,10 @@ EOF
 # perftest 4.5 (bookworm) sends the second REQ without waiting for the server to listen again.
 # The emulated guest server re-listens slowly, so a uroce client's REQ may be rejected
 # ("invalid service ID"), and perftest 4.5's retry path then crashes (fixed upstream, perftest
-# 3d9d8d0, 2025): such a u2k run is repeated (at most 8 times). ib_send_bw's client loses
-# that race now and then (on a slow day for the guest, about half its tries, 2026-11-24);
-# ib_write_bw's and ib_read_lat's lose it often: k2u only.
+# 3d9d8d0, 2025): such a u2k run is repeated (at most RACE_TRIES times). ib_send_bw's client
+# loses that race now and then (on a slow day for the guest, about half its tries,
+# 2026-11-24); ib_write_bw's and ib_read_lat's lose it often: k2u only.
+RACE_TRIES=8
 # NAME|DIRECTION|PROGRAM AND ARGS (both sides)|GUEST NETEM|UROCE FAULT
 #   DIRECTION u2k: uroce is the client, the kernel the server; k2u: the other way round.
 #   Both sides get the same arguments plus their device and GID index; perftest gets -F
@@ -278,15 +279,15 @@ cmd_case() {
   local urc=0 grc=0
   if [ "$dir" = u2k ]; then
     # kernel server first; the uroce client once the server's TCP port listens. A perftest -R
-    # client that lost perftest 4.5's race (see the cases) runs again, at most 8 times.
+    # client that lost perftest 4.5's race (see the cases) runs again, RACE_TRIES times at most.
     local try
-    for try in 1 2 3 4 5 6 7 8; do
+    for try in $(seq "$RACE_TRIES"); do
       guest_job "$n" "$(guest_script "$n" "$gargs" "$port")"
       for _ in $(seq 900); do [ -e "$VMDIR/job.$n.listening" ] || [ -e "$VMDIR/job.$n.rc" ] && break; sleep 0.1; done
       urc=0
       # shellcheck disable=SC2086
       uroce_cmd "$fault" "$pcap" $uargs ${client_addr:+$VM_IP} > "$ulog" 2>&1 || urc=$?
-      if [ $urc -ne 0 ] && [ -n "$perf" ] && [ $try -lt 8 ] &&
+      if [ $urc -ne 0 ] && [ -n "$perf" ] && [ "$try" -lt "$RACE_TRIES" ] &&
          grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$ulog"; then
         say "$want: the client's second REQ came before the server listened again (perftest 4.5's race): again"
         guest_cancel "$n" || true
