@@ -24,6 +24,15 @@ bool Endpoint::wildcard() const {
   return ip == zero || ip == wire::ipv4_mapped_gid({0, 0, 0, 0});
 }
 
+bool Endpoint::loopback() const {
+  static const Gid v6_loopback = [] {
+    Gid g{};
+    g[15] = 1;
+    return g;
+  }();
+  return ip == v6_loopback || (wire::is_ipv4_mapped(ip) && ip[12] == 127);
+}
+
 const char* state_name(State s) {
   switch (s) {
     case State::kIdle: return "idle";
@@ -227,7 +236,7 @@ int ConnectionManager::bind(uint64_t handle, const Endpoint& src) {
   Id* id = find(handle);
   if (id == nullptr) return EINVAL;
   if (id->state != State::kIdle) return EINVAL;
-  if (!src.wildcard() && engine_.gid_index(src.ip) < 0) return EADDRNOTAVAIL;
+  if (!src.wildcard() && !src.loopback() && engine_.gid_index(src.ip) < 0) return EADDRNOTAVAIL;
   id->src = src;
   id->bound = true;
   return 0;
@@ -296,6 +305,10 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
   if (id->state != State::kRouteResolved) return EINVAL;
   if (!id->have_path && !path_for(*id)) return EHOSTUNREACH;
   id->param = p;
+  // The counts are 3-bit fields: larger values are taken as 7, as the kernel's rdma_cm caps
+  // them (cma_connect_ib), so the QP is moved to RTS with what the REQ carried.
+  id->param.retry_count = std::min<uint8_t>(p.retry_count, 7);
+  id->param.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);
   id->local_comm_id = new_comm_id();
   by_comm_id_[id->local_comm_id] = id;
   id->tid = new_tid();
@@ -328,13 +341,13 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     id->local_psn = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
     r.starting_psn = id->local_psn;
     r.local_cm_response_timeout = timing_.cm_response_timeout;
-    r.retry_count = std::min<uint8_t>(p.retry_count, 7);
+    r.retry_count = id->param.retry_count;
     r.pkey = 0xFFFF;
     ibv_port_attr pa{};
     engine_.query_port(1, &pa);
     id->mtu = pa.active_mtu;
     r.path_mtu = static_cast<uint8_t>(id->mtu);
-    r.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);
+    r.rnr_retry_count = id->param.rnr_retry_count;
     r.max_cm_retries = timing_.max_cm_retries;
     r.srq = p.srq != 0;
     // RoCE has no LIDs: the permissive LID, as the kernel's CM sends.
@@ -388,7 +401,7 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
   }
   id->param.responder_resources = p.responder_resources;
   id->param.initiator_depth = p.initiator_depth;
-  id->param.rnr_retry_count = p.rnr_retry_count;
+  id->param.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);  // as for connect
   id->param.srq = p.srq;
   id->param.qp_num = p.qp_num;
   wire::CmRep r;
@@ -401,7 +414,7 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
   r.target_ack_delay = 15;
   r.failover_accepted = 3;  // not supported
   r.end_to_end_flow_control = p.flow_control != 0;
-  r.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);
+  r.rnr_retry_count = id->param.rnr_retry_count;
   r.srq = p.srq != 0;
   r.local_ca_guid = engine_.node_guid();
   if (len > r.private_data.size()) return EINVAL;

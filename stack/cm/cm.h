@@ -52,6 +52,9 @@ struct Endpoint {
   uint16_t port = 0;
   bool ipv6() const { return !wire::is_ipv4_mapped(ip); }
   bool wildcard() const;
+  /// 127.0.0.0/8 or ::1: bound without a device (as the kernel's rdma_bind_addr leaves
+  /// id->verbs NULL for it), and never matched by a request from the wire.
+  bool loopback() const;
 };
 
 /// rdma_conn_param / rdma_ud_param, as the CM carries them.

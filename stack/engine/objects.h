@@ -24,6 +24,10 @@ using wire::Psn;
 
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kMaxInline = 256;
+/// ibv_wc.sl of a UD receive completion: the packet type, as the mlx5 provider reports it on
+/// RoCE (bit 3: a UDP header, RoCEv2; bits 2:0: 1 IPv6, 2 IPv4). See Engine::complete_recv.
+inline constexpr uint8_t kWcSlRoceV2Ipv6 = 0x9;
+inline constexpr uint8_t kWcSlRoceV2Ipv4 = 0xA;
 // READs/atomics in flight per QP and direction, as rdma_rxe (max_qp_rd_atom 128). perftest
 // sets max_rd_atomic to the *peer's* advertised value, so a smaller limit here would make
 // ib_read_bw against the kernel fail with "Failed to modify QP to RTS".

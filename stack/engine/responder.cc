@@ -72,6 +72,13 @@ void Engine::complete_recv(Qp* qp, const ParsedPacket& p, ibv_wc_status st) {
     if (qp->type == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
   }
   wc.sl = qp->path.sl;
+  if (qp->type == IBV_QPT_UD) {
+    // A RoCE UD completion says which network header came, in `sl` as mlx5 reports it (there
+    // is no other field for it in ibv_wc): bit 3 set for RoCEv2 (UDP), bits 2:0 the L3 type,
+    // 2 for IPv4 and 1 for IPv6. UCX reads it to find the destination address inside the
+    // GRH area; rxe leaves it 0, and UCX 1.13 then drops every IPv4 datagram.
+    wc.sl = p.hdr.ipv6 ? kWcSlRoceV2Ipv6 : kWcSlRoceV2Ipv4;
+  }
   qp->have_rwqe = false;
   push_cqe(qp->recv_cq, wc, qp);
 }

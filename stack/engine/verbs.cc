@@ -360,6 +360,11 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
   qp->cap = c;
   qp->cap.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
   qp->cap.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
+  // Inline data is kept in the WQE's own fixed buffer: every QP can take the device's whole
+  // max_inline, so that is what is granted and reported back (rdma-core's providers round
+  // up too: rxe to at least 16 bytes per send SGE, mlx5 to the WQE size). A program that asks
+  // for 0 and sends 16 bytes inline (rdma_xclient) works, as on rxe.
+  qp->cap.max_inline_data = cfg_.max_inline;
   if (qp->type == IBV_QPT_UD) {
     // UD has no path MTU attribute: a datagram may be as large as the port's active MTU.
     qp->path_mtu = cfg_.active_mtu;

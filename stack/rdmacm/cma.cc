@@ -738,50 +738,83 @@ int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
 
 // ---- rdma_getaddrinfo and the endpoint calls ---------------------------------------------------
 
+namespace {
+/// A heap copy of `len` bytes of address `a` (rdma_freeaddrinfo frees it), or nullptr.
+sockaddr* copy_addr(const sockaddr* a, socklen_t len) {
+  if (a == nullptr || len == 0 || len > sizeof(sockaddr_storage)) return nullptr;
+  auto* sa = static_cast<sockaddr*>(calloc(1, sizeof(sockaddr_storage)));
+  if (sa != nullptr) std::memcpy(sa, a, len);
+  return sa;
+}
+}  // namespace
+
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                      rdma_addrinfo** res) {
-  if (res == nullptr || (node == nullptr && service == nullptr)) return fail(EINVAL);
-  addrinfo h{};
-  h.ai_socktype = SOCK_STREAM;
-  int flags = 0;
-  if (hints != nullptr) {
-    flags = hints->ai_flags;
-    h.ai_family = hints->ai_family;
+  // As rdma-core's: a node or service is resolved; without both, the hints' addresses are
+  // the answer (libfabric asks that way); with neither nor hints there is nothing to answer.
+  if (res == nullptr || (node == nullptr && service == nullptr && hints == nullptr))
+    return fail(EINVAL);
+  const int flags = hints != nullptr ? hints->ai_flags : 0;
+  addrinfo* ai = nullptr;
+  if (node != nullptr || service != nullptr) {
+    addrinfo h{};
+    h.ai_socktype = SOCK_STREAM;
+    if (hints != nullptr) h.ai_family = hints->ai_family;
     if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
     if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
-  }
-  addrinfo* ai = nullptr;
-  if (int r = getaddrinfo(node, service, &h, &ai); r != 0) {
-    errno = r == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
-    return r;
+    if (int r = getaddrinfo(node, service, &h, &ai); r != 0) {
+      errno = r == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+      return r;
+    }
   }
   auto* out = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
   if (out == nullptr) {
-    freeaddrinfo(ai);
+    if (ai != nullptr) freeaddrinfo(ai);
     return fail(ENOMEM);
   }
   out->ai_flags = flags;
-  out->ai_family = ai->ai_family;
   out->ai_qp_type = hints != nullptr && hints->ai_qp_type != 0 ? hints->ai_qp_type : IBV_QPT_RC;
   out->ai_port_space = hints != nullptr && hints->ai_port_space != 0
                            ? hints->ai_port_space
                            : (out->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
-  auto* sa = static_cast<sockaddr*>(calloc(1, sizeof(sockaddr_storage)));
-  std::memcpy(sa, ai->ai_addr, ai->ai_addrlen);
-  if (flags & RAI_PASSIVE) {
-    out->ai_src_addr = sa;
-    out->ai_src_len = ai->ai_addrlen;
+  bool ok = true;
+  if (ai != nullptr) {
+    out->ai_family = ai->ai_family;
+    sockaddr* sa = copy_addr(ai->ai_addr, ai->ai_addrlen);
+    ok = sa != nullptr;
+    if (flags & RAI_PASSIVE) {
+      out->ai_src_addr = sa;
+      out->ai_src_len = ai->ai_addrlen;
+    } else {
+      out->ai_dst_addr = sa;
+      out->ai_dst_len = ai->ai_addrlen;
+    }
+    freeaddrinfo(ai);
   } else {
-    out->ai_dst_addr = sa;
-    out->ai_dst_len = ai->ai_addrlen;
-    if (hints != nullptr && hints->ai_src_addr != nullptr) {
-      auto* s = static_cast<sockaddr*>(calloc(1, sizeof(sockaddr_storage)));
-      std::memcpy(s, hints->ai_src_addr, hints->ai_src_len);
-      out->ai_src_addr = s;
-      out->ai_src_len = hints->ai_src_len;
+    out->ai_family = hints->ai_family;
+    if (hints->ai_dst_len != 0) {
+      out->ai_dst_addr = copy_addr(hints->ai_dst_addr, hints->ai_dst_len);
+      out->ai_dst_len = hints->ai_dst_len;
+      ok = out->ai_dst_addr != nullptr;
     }
   }
-  freeaddrinfo(ai);
+  // A source address in the hints is kept when the node did not give one.
+  if (ok && out->ai_src_len == 0 && hints != nullptr && hints->ai_src_len != 0) {
+    out->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
+    out->ai_src_len = hints->ai_src_len;
+    ok = out->ai_src_addr != nullptr;
+  }
+  if (ok && out->ai_family == AF_UNSPEC) {
+    const sockaddr* a = out->ai_src_addr != nullptr ? out->ai_src_addr : out->ai_dst_addr;
+    if (a != nullptr) out->ai_family = a->sa_family;
+  }
+  if (!ok) {
+    rdma_freeaddrinfo(out);
+    return fail(hints != nullptr && (hints->ai_src_len > sizeof(sockaddr_storage) ||
+                                     hints->ai_dst_len > sizeof(sockaddr_storage))
+                    ? EINVAL
+                    : ENOMEM);
+  }
   *res = out;
   return 0;
 }

@@ -407,7 +407,9 @@ int uroce_cm_bind(uint64_t h, ibv_context** devs, int n, const sockaddr* addr,
   if (!lookup(h, &rec)) return EINVAL;
   if (rec.port_fd >= 0) return EINVAL;  // bound already
   int dev = -1;
-  if (!ep.wildcard()) {
+  // A loopback address binds no device (id->verbs stays NULL), as with the kernel's rdma_cm:
+  // libfabric binds "localhost" to learn that, then takes the devices' own addresses.
+  if (!ep.wildcard() && !ep.loopback()) {
     wire::Gid src;
     dev = device_with(devs, n, ep.ip, &src, false);
     if (dev < 0) return EADDRNOTAVAIL;

@@ -730,7 +730,7 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   *ah_attr = ibv_ah_attr{};
   ah_attr->port_num = port_num;
   ah_attr->is_global = 1;
-  ah_attr->sl = wc->sl;
+  ah_attr->sl = 0;  // a UD completion's sl is the packet type (kWcSlRoceV2Ipv4), no priority
   const auto* raw = reinterpret_cast<const uint8_t*>(grh);
   const uint8_t* ip4 = raw + 20;
   wire::Gid peer, self;

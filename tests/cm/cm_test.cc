@@ -178,6 +178,8 @@ struct CmFixture : ::testing::Test {
     p.qp_num = qa->qpn;
     p.responder_resources = 4;
     p.initiator_depth = 4;
+    p.retry_count = active_retry;
+    p.rnr_retry_count = active_retry;
     const uint8_t hello[] = {'h', 'i'};
     ASSERT_EQ(cma->connect(kActive, p, hello, sizeof hello), 0);
   }
@@ -196,6 +198,7 @@ struct CmFixture : ::testing::Test {
     p.qp_num = qb->qpn;
     p.responder_resources = 4;
     p.initiator_depth = 4;
+    p.rnr_retry_count = passive_rnr_retry;
     EXPECT_EQ(cmb->accept(h, p, nullptr, 0), 0);
     return h;
   }
@@ -206,6 +209,7 @@ struct CmFixture : ::testing::Test {
     move(*cma, a, qa, kActive, IBV_QPS_RTS);
     ASSERT_EQ(cma->establish(kActive), 0);
   }
+  uint8_t active_retry = 7, passive_rnr_retry = 7;  // the ConnParam counts each side passes
   /// A full connection: returns B's id.
   uint64_t connect_all() {
     listen_and_connect();
@@ -300,6 +304,34 @@ TEST_F(CmFixture, ConnectsAndCarriesDataBothWays) {
   EXPECT_EQ(cma->stats().resent + cmb->stats().resent, 0u);
 }
 
+TEST_F(CmFixture, RetryCountsOverSevenAreTakenAsSevenAsTheKernelCapsThem) {
+  // libfabric asks for 15 (its "infinite"); the fields are 3 bits, and the kernel's rdma_cm
+  // takes anything larger as 7, on both sides. The QPs reach RTS with 7 (15 would be EINVAL).
+  active_retry = 15;
+  passive_rnr_retry = 200;
+  start_cms();
+  connect_all();
+  wire::CmReq req;
+  ASSERT_EQ(wire::CmReq::parse({&find_mad(ta.sent, wire::cm_attr::kReq)[kCmOff],
+                               wire::kCmDataLen}, req), wire::ParseError::kOk);
+  EXPECT_EQ(req.retry_count, 7);
+  EXPECT_EQ(req.rnr_retry_count, 7);
+  wire::CmRep rep;
+  ASSERT_EQ(wire::CmRep::parse({&find_mad(tb.sent, wire::cm_attr::kRep)[kCmOff],
+                               wire::kCmDataLen}, rep), wire::ParseError::kOk);
+  EXPECT_EQ(rep.rnr_retry_count, 7);
+  ibv_qp_attr at{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(a.engine->query_qp(qa, &at, IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY, &ia), 0);
+  EXPECT_EQ(at.retry_cnt, 7);
+  EXPECT_EQ(at.rnr_retry, 7);
+  EXPECT_EQ(a.engine->query_qp(qa, &at, IBV_QP_STATE, &ia), 0);
+  EXPECT_EQ(at.qp_state, IBV_QPS_RTS);
+  ASSERT_EQ(b.engine->query_qp(qb, &at, IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY, &ia), 0);
+  EXPECT_EQ(at.retry_cnt, 7);
+  EXPECT_EQ(at.rnr_retry, 7);
+}
+
 TEST_F(CmFixture, LostReqIsSentAgainAfterTheResponseTimeout) {
   start_cms();
   ta.drop = lose(wire::cm_attr::kReq);
@@ -349,6 +381,27 @@ TEST_F(CmFixture, ConnectingToAPortNobodyHoldsIsRejectedAsInvalidServiceId) {
   EXPECT_FALSE(has(ev_b, cm::kConnectRequest));
   EXPECT_EQ(cmb->stats().rejects_sent, 1u);
   EXPECT_EQ(cma->state(kActive), cm::State::kClosed);
+}
+
+TEST_F(CmFixture, ALoopbackAddressBindsAndListensButNoRequestFromTheWireMatchesIt) {
+  // libfabric binds "localhost" to ask which device it is on (none, as with the kernel); an
+  // address of no device stays refused.
+  start_cms();
+  ASSERT_EQ(cmb->create(300, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  EXPECT_EQ(cmb->bind(300, ep({10, 9, 9, 9}, 9999)), EADDRNOTAVAIL);
+  ASSERT_EQ(cmb->bind(300, ep({127, 0, 0, 1}, 9999)), 0);
+  ASSERT_EQ(cmb->listen(300, 8), 0);
+  ASSERT_EQ(cmb->create(301, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  Endpoint v6{};
+  v6.ip[15] = 1;  // ::1
+  v6.port = kPort;
+  EXPECT_EQ(cmb->bind(301, v6), 0);
+  // A request for B's own address on port 9999 does not reach the loopback listener there:
+  // rejected, as for a port nobody holds (a loopback listener is no wildcard).
+  cmb->set_unowned([](uint16_t, uint16_t port, const wire::Gid&) { return port == 9999; });
+  listen_and_connect(9999);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kRejected); }));
+  EXPECT_FALSE(has(ev_b, cm::kConnectRequest));
 }
 
 TEST_F(CmFixture, AServiceAnotherProcessMayHoldIsLeftAloneAndTheClientTimesOut) {

@@ -82,6 +82,11 @@ TEST(Ud, DatagramArrivesBehindA40ByteGrhWithSourceQp) {
   EXPECT_EQ(dst[20] >> 4, 4);
   EXPECT_EQ(dst[20 + 12], 10);
   EXPECT_EQ(dst[20 + 15], 1);
+  // The completion says so as mlx5 does (sl: RoCEv2, IPv4), and UCX then finds the destination
+  // IPv4 address (10.0.0.2) in the last 4 bytes of the area.
+  EXPECT_EQ(wb[0].sl, kWcSlRoceV2Ipv4);
+  EXPECT_EQ(dst[36], 10);
+  EXPECT_EQ(dst[39], 2);
   EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 40));
 }
 

@@ -226,18 +226,21 @@ TEST(PostSend, FullSendQueueIsEnomem) {
 
 TEST(PostSend, InlineDataLimitAndCopySemantics) {
   Pair p;
-  auto [qa, qb] = p.rc_pair();  // max_inline_data 64 (harness)
-  Buffers b(p, 128);
-  post_recvs(p, qb, b, 2, 128);
-  std::vector<uint8_t> data(65, 0x5A);
+  // The harness asks for max_inline_data 64; the device grants its whole kMaxInline.
+  auto [qa, qb] = p.rc_pair();
+  EXPECT_EQ(qa->cap.max_inline_data, kMaxInline);
+  constexpr uint32_t n = kMaxInline;
+  Buffers b(p, 2 * n);
+  post_recvs(p, qb, b, 2, 2 * n);
+  std::vector<uint8_t> data(n + 1, 0x5A);
   // The L_Key of inline data is not checked (ibv_post_send(3)): pass 0.
   ibv_sge s[2] = {{reinterpret_cast<uint64_t>(data.data()), 40, 0},
-                  {reinterpret_cast<uint64_t>(data.data() + 40), 25, 0}};
-  ibv_send_wr w = send_wr(1, s, 2, IBV_SEND_SIGNALED | IBV_SEND_INLINE);  // 65 bytes
+                  {reinterpret_cast<uint64_t>(data.data() + 40), n + 1 - 40, 0}};
+  ibv_send_wr w = send_wr(1, s, 2, IBV_SEND_SIGNALED | IBV_SEND_INLINE);  // one byte too many
   const ibv_send_wr* bad = nullptr;
   EXPECT_EQ(p.a.engine->post_send(qa, &w, &bad), EINVAL);
   EXPECT_EQ(bad, &w);
-  s[1].length = 24;  // 64 bytes: fits
+  s[1].length = n - 40;  // exactly max_inline_data: fits
   ASSERT_EQ(p.a.engine->post_send(qa, &w, &bad), 0);
   // "if the IBV_SEND_INLINE flag was set, the buffer can be reused immediately".
   std::fill(data.begin(), data.end(), 0xEE);
@@ -248,8 +251,8 @@ TEST(PostSend, InlineDataLimitAndCopySemantics) {
     return wa.size() == 1 && wb.size() == 1;
   }));
   EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(wb[0].byte_len, 64u);
-  for (size_t i = 0; i < 64; ++i) ASSERT_EQ(b.dst[i], 0x5A) << i;
+  EXPECT_EQ(wb[0].byte_len, n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(b.dst[i], 0x5A) << i;
 }
 
 TEST(PostSend, OpcodesNotAllowedForTheQpType) {

@@ -8,18 +8,10 @@ lib=$1 uroce=$2 dissect=$3
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 command -v ibv_rc_pingpong >/dev/null && command -v ib_write_bw >/dev/null \
   || { echo "SKIP: ibverbs-utils / perftest not installed"; exit 77; }
+. "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_test, wait_listen
 tag=p$$
-nsA=${tag}a nsB=${tag}b
-dir=$(mktemp -d)
-cleanup() {
-  ip netns pids "$nsB" 2>/dev/null | xargs -r kill 2>/dev/null || true
-  ip netns del "$nsA" 2>/dev/null || true; ip netns del "$nsB" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-. "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_pair, wait_listen
 # Both ends have an IPv4 address and a global IPv6 one (GID index 2), in these namespaces only.
-ns_pair "$tag" 10.95.0.1/24 10.95.0.2/24 fd00:95::1/64 fd00:95::2/64
+ns_test "$tag" 10.95.0.1/24 10.95.0.2/24 fd00:95::1/64 fd00:95::2/64
 
 run_pair() {  # NAME SERVER-ARGS... -- CLIENT-EXTRA-ARGS...
   local name=$1; shift

@@ -33,6 +33,16 @@ ns_pair() {
   ip -n "${tag}b" addr add "$5" dev "${tag}vb" nodad
 }
 
+# ns_test TAG ADDR4_A ADDR4_B ADDR6_A ADDR6_B: how a test between two namespaces starts:
+# ns_pair, a scratch directory, and an EXIT trap that ends what still runs in either namespace
+# and deletes both and the directory. Sets nsA and nsB (TAGa, TAGb) and dir.
+ns_test() {
+  nsA=${1}a nsB=${1}b
+  dir=$(mktemp -d)
+  trap 'drop_hosts "$nsA" "$nsB"; rm -rf "$dir"' EXIT
+  ns_pair "$@"
+}
+
 # wait_listen NS [PORT] [PID]: waits up to 20 s until something in namespace NS listens on TCP
 # PORT (default 18515, perftest's and the pingpongs' exchange port), so a slow start (DPDK init
 # on a busy machine) cannot make the client give up. Stops early if process PID ends. Returns 1

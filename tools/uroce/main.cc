@@ -10,8 +10,11 @@
 // `uroce --help` and `uroce CMD --help` say the same in full; the man page is made from them.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <climits>
@@ -24,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.h"
 #include "engine/stats_shm.h"
 
 namespace {
@@ -148,6 +152,101 @@ int apply_options(int argc, char** argv, int i, const char* help_text) {
   return i;
 }
 
+/// The mount points under `root` (e.g. "/tmp/x/old") one level down, from /proc/self/mountinfo
+/// (its fifth field; octal escapes for spaces and the like are left as they are: such names
+/// do not occur under /dev).
+std::vector<std::string> submounts(const std::string& root) {
+  std::vector<std::string> out;
+  FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (f == nullptr) return out;
+  char line[4096];
+  const std::string prefix = root + "/";
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    char mp[PATH_MAX];
+    if (std::sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1) continue;
+    const std::string m(mp);
+    if (m.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = m.substr(prefix.size());
+    if (rest.empty() || rest.find('/') != std::string::npos) continue;
+    bool seen = false;
+    for (const std::string& o : out) seen = seen || o == rest;
+    if (!seen) out.push_back(rest);
+  }
+  std::fclose(f);
+  return out;
+}
+
+/// Gives the program the /dev/infiniband/<dev_name> character device that rdma-core's
+/// devices have and that some middleware checks for before it uses a device (UCX:
+/// uct_ib_device_is_accessible), without touching the real /dev: in a mount namespace of the
+/// program's own, /dev is an overlay whose upper layer (a tmpfs nobody else sees) holds
+/// infiniband/uverbs-<name> for each uroce device, made as /dev/null's device numbers (reading
+/// or writing it does nothing; uroce's library never opens it). Mounts under /dev (shm, pts,
+/// mqueue, hugepages) are bound back, so the program shares them with everyone as before.
+/// Needs root (CAP_SYS_ADMIN, CAP_MKNOD); without it nothing is done (README: UCX then does
+/// not list the device). Returns false with *why set to one line when a step failed; the
+/// program then runs without the node.
+bool give_dev_nodes(std::string* why) {
+  if (geteuid() != 0) return true;
+  const char* off = std::getenv("UROCE_DEVNODE");
+  if (off != nullptr && std::strcmp(off, "no") == 0) return true;
+  uroce::config::Config cfg;
+  std::string err;
+  if (!uroce::config::load(uroce::config::process_env(), &cfg, &err)) return true;  // the library says
+  std::vector<std::string> names;
+  for (const auto& d : cfg.devices) {
+    const std::string node = "/dev/infiniband/uverbs-" + d.name;
+    struct stat st {};
+    if (stat(node.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) continue;  // there already
+    names.push_back("uverbs-" + d.name);
+  }
+  if (names.empty()) return true;
+  auto failed = [why](const char* step) {
+    *why = std::string(step) + ": " + std::strerror(errno);
+    return false;
+  };
+  if (unshare(CLONE_NEWNS) != 0) return failed("unshare(CLONE_NEWNS)");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return failed("making / private");
+  // A scratch tmpfs over /tmp (only in this namespace, and only until the overlay stands):
+  // the overlay's upper and work directories, and the old /dev to take the submounts from.
+  const std::string tmp = "/tmp", up = tmp + "/up", work = tmp + "/work", old = tmp + "/old";
+  if (mount("uroce", tmp.c_str(), "tmpfs", MS_NOSUID, "mode=0755") != 0)
+    return failed("a scratch tmpfs");
+  bool overlaid = false;
+  auto undo = [&](const char* step) {
+    const int e = errno;
+    if (overlaid) umount2("/dev", MNT_DETACH);
+    umount2(old.c_str(), MNT_DETACH);
+    umount2(tmp.c_str(), MNT_DETACH);
+    errno = e;
+    return failed(step);
+  };
+  if (mkdir(up.c_str(), 0755) != 0 || mkdir(work.c_str(), 0755) != 0 ||
+      mkdir(old.c_str(), 0755) != 0)
+    return undo("scratch directories");
+  if (mount("/dev", old.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    return undo("binding /dev");
+  const std::string opts = "lowerdir=" + old + ",upperdir=" + up + ",workdir=" + work;
+  if (mount("overlay", "/dev", "overlay", MS_NOSUID, opts.c_str()) != 0)
+    return undo("an overlay over /dev");
+  overlaid = true;
+  for (const std::string& m : submounts(old)) {
+    const std::string from = old + "/" + m, to = "/dev/" + m;
+    if (mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+      return undo(("binding /dev/" + m + " back").c_str());
+  }
+  if (mkdir("/dev/infiniband", 0755) != 0 && errno != EEXIST) return undo("/dev/infiniband");
+  for (const std::string& n : names) {
+    const std::string node = "/dev/infiniband/" + n;
+    if (mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) return undo(node.c_str());
+    chmod(node.c_str(), 0666);  // past the umask
+  }
+  umount2(old.c_str(), MNT_DETACH);
+  umount2(tmp.c_str(), MNT_DETACH);  // /tmp is the real one again; the overlay keeps its layers
+  return true;
+}
+
 int exec_with_uroce(char** cmd) {
   std::string looked;
   const std::string dir = lib_dir(&looked);
@@ -162,6 +261,11 @@ int exec_with_uroce(char** cmd) {
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
     path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  if (std::string why; !give_dev_nodes(&why))
+    std::fprintf(stderr,
+                 "uroce: no /dev/infiniband node for the program (%s): UCX will not list the "
+                 "device; set UROCE_DEVNODE=no to skip this step\n",
+                 why.c_str());
   execvp(cmd[0], cmd);
   std::fprintf(stderr, "uroce: cannot run %s: %s\n", cmd[0], std::strerror(errno));
   return 127;
