@@ -232,6 +232,24 @@ void ConnectionManager::destroy(uint64_t handle) {
   recompute_deadline();
 }
 
+size_t ConnectionManager::shutdown() {
+  std::vector<uint64_t> handles;
+  size_t told = 0;
+  for (const auto& [h, id] : ids_) {
+    handles.push_back(h);
+    switch (id->state) {
+      case State::kReqReceived: case State::kReqSent: case State::kRepReceived:
+      case State::kRepSent: case State::kEstablished: case State::kDreqReceived:
+        ++told;
+        break;
+      default:
+        break;
+    }
+  }
+  for (uint64_t h : handles) destroy(h);
+  return told;
+}
+
 int ConnectionManager::bind(uint64_t handle, const Endpoint& src) {
   Id* id = find(handle);
   if (id == nullptr) return EINVAL;

@@ -129,6 +129,11 @@ class ConnectionManager {
   int create(uint64_t handle, uint16_t ps, ibv_qp_type type);
   /// Forgets the id. A connected one sends DREQ first; one with a request pending, REJ.
   void destroy(uint64_t handle);
+  /// The process is going away (exit, or its last ibv_close_device): every id is destroyed
+  /// as above, so each peer hears DREQ (or REJ) once, as the kernel's rdma_cm does when a
+  /// process's file is closed. Nothing is resent afterwards: there is nobody left to. Returns
+  /// how many connections were told.
+  size_t shutdown();
   /// The local address (its port already reserved by the caller).
   int bind(uint64_t handle, const Endpoint& src);
   /// ADDR_RESOLVED once `dst`'s MAC is known (ADDR_ERROR after timeout_ms).

@@ -337,12 +337,30 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
   }
 }
 
+/// The process, or its last context of the device, is leaving (its progress thread already
+/// stopped): what the engine owes the wire goes out (ACKs, responses), then every rdma_cm
+/// connection's peer hears DREQ (a pending request, REJ), as from the kernel's rdma_cm when a
+/// process's file is closed, so a peer waiting in rdma_get_cm_event gets DISCONNECTED instead
+/// of waiting forever. Each is sent once: nobody is left to resend a lost one. An application
+/// thread inside a pass is waited for up to 100 ms; one that holds the engine longer is left
+/// alone.
+void say_goodbye(Runtime* rt) {
+  if (!rt->engine) return;
+  std::unique_lock<std::mutex> lock(rt->emu, std::defer_lock);
+  for (int i = 0; i < 1000 && !lock.try_lock(); ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  if (!lock.owns_lock()) return;
+  rt->engine->poll(now_ns());
+  if (rt->cm) rt->cm->shutdown();
+}
+
 /// Stops the runtime's thread and releases everything it holds (registry lock held or the
 /// runtime unreachable).
 void teardown(Runtime* rt) {
   rt->stop = true;
   rt->kick();
   if (rt->progress.joinable()) rt->progress.join();
+  say_goodbye(rt);
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
   if (rt->quiet6_fd >= 0) close(rt->quiet6_fd);
   if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
@@ -436,7 +454,7 @@ Runtime* open_runtime(Device* d) {
 }
 
 /// At exit (also with devices still open): stop the progress threads before anything they
-/// use is destroyed, and remove this process's counters files (by name only: an application
+/// use is destroyed, tell every rdma_cm peer (say_goodbye), and remove this process's counters files (by name only: an application
 /// thread may still be running a pass that writes to the mapping).
 __attribute__((destructor)) void at_exit() {
   if (g_live_pid.load() != getpid()) return;  // a forked child owns nothing (checked unlocked)
@@ -446,6 +464,7 @@ __attribute__((destructor)) void at_exit() {
     rt->stop = true;
     rt->kick();
     if (rt->progress.joinable()) rt->progress.join();
+    say_goodbye(rt);
     if (rt->stats != nullptr) shm_unlink(rt->stats_name.c_str());
   }
 }

@@ -595,6 +595,39 @@ TEST_F(CmFixture, DisconnectWithALostDrepEndsOnBothSides) {
   EXPECT_EQ(cmb->stats().drop_unmatched, 1u);
 }
 
+TEST_F(CmFixture, AProcessThatLeavesTellsEveryPeerOnce) {
+  // B has an established connection and an unanswered request when its process goes away:
+  // A hears DISCONNECTED for the first and REJECTED for the second, from one MAD each, and
+  // B's CM then has nothing left to resend.
+  start_cms();
+  connect_all();
+  ASSERT_EQ(cma->create(kActive + 1, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cma->resolve_addr(kActive + 1, ep(kIpA, 40001), ep(kIpB, kPort), 2000), 0);
+  ASSERT_TRUE(run([&] { return cma->state(kActive + 1) == cm::State::kAddrResolved; }));
+  ASSERT_EQ(cma->resolve_route(kActive + 1), 0);
+  Qp* q2 = make_qp(a, {});
+  move(*cma, a, q2, kActive + 1, IBV_QPS_INIT);
+  cm::ConnParam p;
+  p.qp_num = q2->qpn;
+  ASSERT_EQ(cma->connect(kActive + 1, p, nullptr, 0), 0);
+  ASSERT_TRUE(run([&] {
+    int n = 0;
+    for (const Event& e : ev_b) n += e.type == cm::kConnectRequest;
+    return n == 2;
+  }));
+  const uint64_t mads_before = cmb->stats().mads_tx;
+  EXPECT_EQ(cmb->shutdown(), 2u);  // the listener is no connection: not counted
+  EXPECT_EQ(cmb->stats().mads_tx, mads_before + 2);  // a DREQ and a REJ
+  ASSERT_TRUE(run([&] {
+    return has(ev_a, cm::kDisconnected) && cma->state(kActive + 1) == cm::State::kClosed;
+  }));
+  EXPECT_EQ(last(ev_a, cm::kDisconnected)->handle, kActive);
+  EXPECT_EQ(last(ev_a, cm::kRejected)->handle, kActive + 1);
+  run([] { return false; }, 100'000'000);  // long past every resend timeout
+  EXPECT_EQ(cmb->stats().mads_tx, mads_before + 2);
+  EXPECT_EQ(cmb->next_deadline(), TimerWheel::kNever);
+}
+
 TEST_F(CmFixture, AnApplicationsRejectCarriesItsReasonAndPrivateData) {
   start_cms();
   listen_and_connect();

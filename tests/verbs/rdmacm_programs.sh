@@ -2,9 +2,9 @@
 # Unmodified Debian librdmacm programs (rdmacm-utils, perftest -R) over uroce's librdmacm.so.1
 # and libibverbs.so.1 between two network namespaces joined by a veth pair: the connection
 # manager's REQ/REP/RTU/DREQ/DREP (and SIDR for UD) on the wire, IPv4 and IPv6.
-# Usage: rdmacm_programs.sh LIBDIR. Needs root (exit 77 = skipped otherwise).
+# Usage: rdmacm_programs.sh LIBDIR RDMACM_EXIT. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
-lib=$1
+lib=$1 leaver=$2
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 command -v rping >/dev/null && command -v ib_send_bw >/dev/null \
   || { echo "SKIP: rdmacm-utils / perftest not installed"; exit 77; }
@@ -128,3 +128,44 @@ in_ns "$nsA" "${tag}va" rping -c -v -V -a 10.97.0.2 -p 7999 -C 3 >"$dir/client.l
   || { echo "FAIL: rping to a port whose SIGKILLed owner was replaced"; cat "$dir/client.log" "$dir/server.log"; exit 1; }
 wait "$server" || { echo "FAIL: the replacing server"; cat "$dir/server.log"; exit 1; }
 echo "ok: a SIGKILLed listener's port is bound again at once: $(grep -c rdma-ping "$dir/client.log") pings"
+
+# A peer that goes away. uroce's library tells every rdma_cm peer on the way out (DREQ), as the
+# kernel's rdma_cm does when a process's file is closed: a client that exit(1)s while
+# connected, or whose main returns with its connection open, leaves an rping server that hears
+# DISCONNECTED and ends at once (it would otherwise wait for the client's first message).
+for how in exit return; do
+  in_ns_bg "$nsB" "${tag}vb" rping -s -a 10.97.0.2 -p 7990 -C 3 >"$dir/server.log" 2>&1 &
+  server=$!
+  wait_listen "$nsB" 7990 "$server"
+  rc=0
+  in_ns "$nsA" "${tag}va" "$leaver" 10.97.0.2 7990 "$how" >"$dir/client.log" 2>&1 || rc=$?
+  grep -q "connected, leaving" "$dir/client.log" \
+    || { echo "FAIL: rdmacm_exit $how: exit $rc"; cat "$dir/client.log"; exit 1; }
+  t0=$SECONDS; src=0
+  wait "$server" || src=$?
+  grep -q "DISCONNECT EVENT" "$dir/server.log" && [ "$src" -ne 124 ] && [ $((SECONDS - t0)) -lt 20 ] \
+    || { echo "FAIL: a client that left by $how: the server (exit $src after $((SECONDS - t0)) s) heard no DISCONNECTED"
+         cat "$dir/server.log"; exit 1; }
+  echo "ok: a client that left by $how (exit $rc): the server heard DISCONNECTED, ended in $((SECONDS - t0)) s"
+done
+# SIGKILL leaves nothing to tell the peer (no library code runs): the survivor learns from its
+# own traffic, its RC QP failing after the retry budget. rping's client, sending all the time,
+# fails with a work completion error and ends instead of hanging.
+in_ns_bg "$nsB" "${tag}vb" rping -s -a 10.97.0.2 -p 7991 -C 1000000 >"$dir/server.log" 2>&1 &
+server=$!
+wait_listen "$nsB" 7991 "$server"
+in_ns_bg "$nsA" "${tag}va" rping -c -v -a 10.97.0.2 -p 7991 -C 1000000 >"$dir/client.log" 2>&1 &
+client=$!
+for _ in $(seq 200); do  # until pings flow
+  [ -s "$dir/client.log" ] && break
+  sleep 0.1
+done
+victim=$(cat "/proc/$server/task/$server/children" 2>/dev/null || true)
+[ -n "$victim" ] || { echo "FAIL: no rping server under $server"; cat "$dir/server.log"; exit 1; }
+kill -KILL $victim; wait "$server" 2>/dev/null || true
+t0=$SECONDS; crc=0
+wait "$client" || crc=$?
+[ "$crc" -ne 0 ] && [ "$crc" -ne 124 ] && [ $((SECONDS - t0)) -lt 30 ] \
+  || { echo "FAIL: the client of a SIGKILLed server: exit $crc after $((SECONDS - t0)) s"
+       cat "$dir/client.log"; exit 1; }
+echo "ok: the client of a SIGKILLed server ended in $((SECONDS - t0)) s (exit $crc): $(grep -v "ping data" "$dir/client.log" | head -1 | tr -s ' \t' ' ')"
