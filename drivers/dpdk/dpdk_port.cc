@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <fstream>
 #include <mutex>
@@ -83,6 +84,67 @@ Frame* wrap(rte_mbuf* m) {
   return f;
 }
 
+/// A PCI address at the start of `devargs` ("0000:03:00.0" or "03:00.0", options after a
+/// comma), written out in full; "" when devargs names a virtual device (net_af_xdp0,...).
+std::string pci_address(const std::string& devargs) {
+  const std::string head = devargs.substr(0, devargs.find(','));
+  unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+  char tail = 0;
+  const bool full = std::sscanf(head.c_str(), "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) == 4;
+  if (!full && std::sscanf(head.c_str(), "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3) return "";
+  if (bus > 0xFF || dev > 0x1F || fn > 7 || dom > 0xFFFF) return "";
+  char out[16];
+  std::snprintf(out, sizeof out, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
+  return out;
+}
+
+/// Free hugepage memory in MiB (the default page size's pool), from /proc/meminfo.
+uint64_t free_hugepage_mib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t free_pages = 0, page_kib = 0, value = 0;
+  while (in >> key >> value) {
+    if (key == "HugePages_Free:") free_pages = value;
+    if (key == "Hugepagesize:") page_kib = value;
+    in.ignore(256, '\n');
+  }
+  return free_pages * page_kib / 1024;
+}
+
+/// Why a PCI device cannot be given to DPDK, as one line naming the fix; "" if it can.
+std::string pci_unusable(const std::string& addr, uint64_t eal_mib) {
+  const std::string dir = "/sys/bus/pci/devices/" + addr;
+  if (access(dir.c_str(), F_OK) != 0)
+    return "no PCI device " + addr + " (lspci -D lists them)";
+  char drv[256] = {0};
+  const ssize_t n = readlink((dir + "/driver").c_str(), drv, sizeof drv - 1);
+  const std::string driver = n > 0 ? std::string(drv).substr(std::string(drv).rfind('/') + 1) : "";
+  if (driver != "vfio-pci" && driver != "uio_pci_generic" && driver != "igb_uio")
+    return "PCI device " + addr + " is " +
+           (driver.empty() ? std::string("bound to no driver") : "driven by the kernel's " + driver) +
+           ": bind it to vfio-pci (dpdk-devbind.py --bind=vfio-pci " + addr +
+           ", or uio_pci_generic)";
+  if (driver == "vfio-pci") {
+    DIR* g = opendir("/sys/kernel/iommu_groups");
+    bool groups = false;
+    if (g != nullptr) {
+      while (dirent* e = readdir(g)) groups = groups || e->d_name[0] != '.';
+      closedir(g);
+    }
+    std::ifstream noiommu("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode");
+    char yes = 'N';
+    noiommu >> yes;
+    if (!groups && yes != 'Y' && yes != '1')
+      return "PCI device " + addr + ": no IOMMU, and vfio's no-IOMMU mode is off: echo 1 > "
+             "/sys/module/vfio/parameters/enable_unsafe_noiommu_mode (or boot with the IOMMU on)";
+  }
+  if (free_hugepage_mib() < eal_mib)
+    return "PCI device " + addr + " needs " + std::to_string(eal_mib) +
+           " MiB of free hugepages for DMA: echo " + std::to_string(eal_mib / 2) +
+           " > /proc/sys/vm/nr_hugepages (2 MiB pages)";
+  return "";
+}
+
 bool start_eal(const DpdkConfig& cfg, std::string* error) {
   std::lock_guard<std::mutex> lock(g_eal_mutex);
   if (g_eal_up && g_eal_pid == getpid()) return true;
@@ -100,18 +162,33 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
   const bool have_mask = sched_getaffinity(0, sizeof mask, &mask) == 0;
   int lcore = 0;
   while (have_mask && lcore < CPU_SETSIZE - 1 && !CPU_ISSET(lcore, &mask)) ++lcore;
-  std::vector<std::string> args = {"uroce",
-                                   "-l",
-                                   std::to_string(lcore),
-                                   "--no-huge",
-                                   "-m",
-                                   "256",
-                                   "--no-pci",
-                                   "--no-shconf",
-                                   "--no-telemetry",
+  // Memory: hugepages when there are enough free (DMA for PCI NICs, large umem chunks for
+  // af_xdp), kept in memory only (--in-memory: no files in hugetlbfs); else plain pages.
+  // PCI: only the configured device is probed (-a); without one, no PCI scan at all.
+  constexpr uint64_t kEalMib = 256;
+  const std::string pci = pci_address(cfg.devargs);
+  if (!pci.empty()) {
+    *error = pci_unusable(pci, kEalMib);
+    if (!error->empty()) return false;
+  }
+  const bool huge = free_hugepage_mib() >= kEalMib;
+  std::vector<std::string> args = {"uroce", "-l", std::to_string(lcore), "-m",
+                                   std::to_string(kEalMib), "--no-telemetry",
                                    "--file-prefix=uroce-" + std::to_string(getpid()),
                                    "--log-level=lib.eal:error",
                                    "--log-level=pmd.net.af_packet:error"};
+  if (huge) {
+    args.push_back("--in-memory");
+  } else {
+    args.push_back("--no-huge");
+    args.push_back("--no-shconf");
+  }
+  if (pci.empty()) {
+    args.push_back("--no-pci");
+  } else {
+    args.push_back("-a");
+    args.push_back(cfg.devargs);  // the address and its options
+  }
   args.insert(args.end(), cfg.eal_args.begin(), cfg.eal_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -159,8 +236,18 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
           // interface (another uroce process); the bypass is faster but hides them.
           : name + ",iface=" + cfg.iface + ",qpairs=1,blocksz=20480,framesz=10240,framecnt=1024" +
                 (cfg.shared ? ",qdisc_bypass=0" : ",qdisc_bypass=1");
-  const std::string dev_name = devargs.substr(0, devargs.find(','));
-  const int probed = rte_dev_probe(devargs.c_str());
+  const std::string pci = pci_address(devargs);
+  const std::string dev_name = !pci.empty() ? pci : devargs.substr(0, devargs.find(','));
+  uint16_t existing = 0;
+  // A PCI device on the EAL's allow list was probed when the EAL started.
+  const bool have = !pci.empty() && rte_eth_dev_get_port_by_name(dev_name.c_str(), &existing) == 0;
+  const int probed = have ? 0 : rte_dev_probe(devargs.c_str());
+  if (probed < 0 && !pci.empty()) {
+    *error = "cannot open PCI device " + pci + " (" + rte_strerror(rte_errno) +
+             "): PCI devices must be opened before any virtual one in a process, and only "
+             "those of DPDK's drivers uroce links (README) are known";
+    return nullptr;
+  }
   if (probed < 0) {
     *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) +
              "): does interface '" + cfg.iface + "' exist in this network namespace?";

@@ -1,11 +1,13 @@
 // A uroce::Port on a DPDK ethdev. By default the net_af_packet PMD bound to a named Linux
-// interface (plain NICs and veth pairs, no hugepages); any other PMD through DPDK devargs
-// (net_af_xdp, net_tap, a real NIC).
+// interface (plain NICs and veth pairs, no hugepages needed); any other PMD through DPDK
+// devargs (net_memif, net_af_xdp, net_tap, ...) or a NIC by its PCI address.
 //
 // Frames live in mbufs: the Frame header sits in each mbuf's private area, so handing frames
 // between the port and the engine costs no allocation. One EAL per process, started by the
-// first DpdkPort (with --no-huge and a unique --file-prefix, on a CPU the calling thread may
-// already use, whose affinity it restores) and up until the process exits; several ports may
+// first DpdkPort (hugepages when 256 MiB are free, kept in memory only, else --no-huge; only
+// the configured PCI device probed, or no PCI scan; a unique --file-prefix; on a CPU the
+// calling thread may already use, whose affinity it restores) and up until the process exits;
+// several ports may
 // share it, and a port closed is removed from DPDK entirely. Every descriptor DPDK opens is
 // made close-on-exec.
 #pragma once
