@@ -91,10 +91,24 @@ uint16_t FaultInjector::rx_burst(uint64_t now_ns, std::span<Frame*> out) {
 
 void FaultInjector::pump(uint64_t now_ns) {
   if (tx_.enabled) {
+    release_held(tx_, now_ns);
     release_due(tx_, now_ns);
     flush_tx(now_ns);
   }
-  if (rx_.enabled) release_due(rx_, now_ns);
+  if (rx_.enabled) {
+    release_held(rx_, now_ns);
+    release_due(rx_, now_ns);
+  }
+}
+
+void FaultInjector::release_held(Lane& l, uint64_t now_ns) {
+  // Held in order, each with the same bound: the ones whose time ran out are a prefix.
+  size_t n = 0;
+  while (n < l.aside.size() && l.aside[n].until != 0 && l.aside[n].until <= now_ns) {
+    delay_stage(l, l.aside[n].f, now_ns);
+    ++n;
+  }
+  if (n != 0) l.aside.erase(l.aside.begin(), l.aside.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 void FaultInjector::flush(uint64_t now_ns) {
@@ -203,7 +217,8 @@ void FaultInjector::reorder_stage(Lane& l, Frame* f, uint64_t now_ns) {
   l.aside.resize(keep);
   if (hold) {
     const auto k = static_cast<uint32_t>(1 + l.rng() % w);
-    l.aside.push_back(Aside{f, k});  // within the reserved capacity: no allocation
+    const uint64_t until = cfg_.reorder_hold_ns != 0 ? now_ns + cfg_.reorder_hold_ns : 0;
+    l.aside.push_back(Aside{f, k, until});  // within the reserved capacity: no allocation
     ++l.c.reordered;
   }
 }

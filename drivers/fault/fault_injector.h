@@ -13,7 +13,9 @@
 //   reorder    -> held aside with probability `reorder` until k later frames have passed,
 //                 k uniform in [1, reorder_window]; so no frame comes out more than
 //                 reorder_window positions after its place in the input. At most
-//                 reorder_window frames are held aside at once.
+//                 reorder_window frames are held aside at once. With reorder_hold_ns, a held
+//                 frame also leaves once it has waited that long (a frame overtaken on a
+//                 real link arrives a little late, it does not wait for later traffic).
 //   delay      -> released when now_ns >= now + delay_ns + uniform[0, jitter_ns]. Jitter
 //                 does not reorder: a frame never leaves before the one ahead of it (its
 //                 release time is raised to its predecessor's), so the held frames form a
@@ -22,7 +24,8 @@
 // Time is the injected now_ns of each call. Delayed frames leave on any later call that
 // carries a large enough now_ns: tx_burst, rx_burst or pump(). A harness advances its clock
 // to next_release() when nothing else is pending. Frames held aside for reordering wait for
-// later traffic (or flush()); next_release() does not cover them.
+// later traffic, their reorder_hold_ns (checked on every call, as delays are), or flush();
+// next_release() does not cover them.
 //
 // Ownership: tx_burst takes every frame it is given and returns frames.size() (capped at
 // 65535). Frames the inner port refuses to take are freed and counted as dropped (and
@@ -54,6 +57,7 @@ struct FaultConfig {
   double corrupt = 0.0;           // probability one bit of a frame is flipped
   uint32_t reorder_window = 0;    // max positions a reordered frame falls back (0: off)
   double reorder = 0.0;           // probability a frame is held back for reordering
+  uint64_t reorder_hold_ns = 0;   // longest a reordered frame is held (0: until overtaken)
   uint64_t delay_ns = 0;          // fixed delay
   uint64_t jitter_ns = 0;         // extra delay, uniform in [0, jitter_ns]
   bool rx_side = false;           // apply to frames returned by rx_burst
@@ -115,6 +119,7 @@ class FaultInjector final : public PortDecorator {
   struct Aside {
     Frame* f = nullptr;
     uint32_t remaining = 0;  // later frames still to pass before release
+    uint64_t until = 0;      // released then at the latest (reorder_hold_ns; 0: no bound)
   };
   struct Lane {
     bool enabled = false;
@@ -135,6 +140,7 @@ class FaultInjector final : public PortDecorator {
   void delay_stage(Lane& l, Frame* f, uint64_t now_ns);
   void deliver(Lane& l, Frame* f, uint64_t now_ns);
   void release_due(Lane& l, uint64_t now_ns);
+  void release_held(Lane& l, uint64_t now_ns);  // reordered frames past reorder_hold_ns
   void drop(Lane& l, Frame* f);
   void flush_tx(uint64_t now_ns);
   bool delaying() const { return cfg_.delay_ns != 0 || cfg_.jitter_ns != 0; }

@@ -92,7 +92,7 @@ bool parse_number(const std::string& s, double* out) {
 std::string parse_fault(const std::string& text, FaultSpec* out) {
   static const char* const kHelp =
       " (e.g. fault = loss=0.01,reorder=0.05; keys: loss, duplicate, corrupt, reorder, window, "
-      "delay_us, jitter_us, seed, side)";
+      "hold_us, delay_us, jitter_us, seed, side)";
   FaultSpec f;
   f.enabled = true;
   std::istringstream in(text);
@@ -117,6 +117,9 @@ std::string parse_fault(const std::string& text, FaultSpec* out) {
     } else if (k == "window") {
       if (x < 1 || x > 64) return "fault window '" + v + "' must be 1..64";
       f.reorder_window = static_cast<uint32_t>(x);
+    } else if (k == "hold_us") {
+      if (x < 1 || x > 1e7) return "fault hold_us '" + v + "' must be 1..10000000 (10 s)";
+      f.reorder_hold_ns = static_cast<uint64_t>(x * 1000.0);
     } else if (k == "delay_us" || k == "jitter_us") {
       if (x > 1e7) return "fault " + k + " '" + v + "' must be at most 10000000 (10 s)";
       (k == "delay_us" ? f.delay_ns : f.jitter_ns) = static_cast<uint64_t>(x * 1000.0);
@@ -127,6 +130,9 @@ std::string parse_fault(const std::string& text, FaultSpec* out) {
     }
   }
   if (f.reorder > 0 && f.reorder_window == 0) f.reorder_window = 4;
+  // A frame overtaken on a link arrives a little late; it does not wait for the next frame,
+  // which in request/response traffic comes only after a retransmission timeout.
+  if (f.reorder > 0 && f.reorder_hold_ns == 0) f.reorder_hold_ns = 1'000'000;
   *out = f;
   return "";
 }

@@ -43,6 +43,7 @@ struct FaultSpec {
   double corrupt = 0.0;
   double reorder = 0.0;
   uint32_t reorder_window = 0;
+  uint64_t reorder_hold_ns = 0;  // set with reorder (default 1 ms): see FaultConfig
   uint64_t delay_ns = 0;
   uint64_t jitter_ns = 0;
   bool tx_side = true;

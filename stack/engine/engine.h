@@ -316,6 +316,8 @@ class Engine {
   bool send_read_response(Qp* qp, RdAtomicRes& r);
   void send_atomic_ack(Qp* qp, const RdAtomicRes& r);
   RdAtomicRes* find_res(Qp* qp, Psn psn);
+  /// Whether a new READ/atomic may take the next responder resource (dropping a replay).
+  bool claim_res(Qp* qp);
 
   Port& port_;
   EngineConfig cfg_;

@@ -171,6 +171,9 @@ struct RdAtomicRes {
   // Response stream: packets [next, npkts) still to send (READ); atomic ack pending.
   uint32_t next = 0;
   bool sending = false;
+  // The stream is an answer to a duplicate request, not the first answer: the requester has
+  // had this response before, so a new request may take the slot (see claim_res).
+  bool replay = false;
 };
 
 enum TimerKind : uint8_t { kTimerRetransmit, kTimerRnr, kTimerNeighbor };

@@ -156,6 +156,23 @@ void Engine::responder_error(Qp* qp, NakCode code, Psn psn, ibv_wc_status local_
   enter_error(qp);
 }
 
+bool Engine::claim_res(Qp* qp) {
+  // A new READ or atomic takes the oldest slot. It is busy only while that slot's first
+  // answer is still going out: the requester then has max_dest_rd_atomic + 1 outstanding.
+  // A replay there answers a duplicate of an older request, which the requester no longer
+  // waits for (it may not have more than max_dest_rd_atomic outstanding, and this request is
+  // one): the replay is dropped. Keeping it made a stale duplicate, delivered just before
+  // the next READ (reordering), turn that READ into a NAK invalid request (rping at 5 %
+  // reordering, docs/transport.md).
+  RdAtomicRes& res = qp->res[qp->res_next];
+  if (!res.sending) return true;
+  if (!res.replay) return false;
+  res.sending = false;
+  --qp->res_sending;
+  counters_.inc(Counter::replays_dropped);
+  return true;
+}
+
 RdAtomicRes* Engine::find_res(Qp* qp, Psn psn) {
   for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
     RdAtomicRes& r = qp->res[i];
@@ -341,16 +358,16 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           return;
         }
       }
-      RdAtomicRes& res = qp->res[qp->res_next];
-      if (res.sending) {
+      if (!claim_res(qp)) {
         // The requester has more READs/atomics outstanding than max_dest_rd_atomic allows.
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
+      RdAtomicRes& res = qp->res[qp->res_next];
       qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
       const uint32_t n = packets_for(r.dma_len, qp->mtu);
       qp->msn = (qp->msn + 1) & 0xFFFFFF;
-      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, 0, 0, true};
+      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, 0, 0, true, false};
       ++qp->res_sending;
       qp->epsn = psn + static_cast<int32_t>(n);  // a READ uses one PSN per response packet
       schedule(qp);
@@ -372,11 +389,11 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      RdAtomicRes& res = qp->res[qp->res_next];
-      if (res.sending) {
+      if (!claim_res(qp)) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
+      RdAtomicRes& res = qp->res[qp->res_next];
       qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
       auto* target = reinterpret_cast<uint64_t*>(host);
       uint64_t orig;
@@ -388,7 +405,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
       }
       qp->msn = (qp->msn + 1) & 0xFFFFFF;
-      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, orig, 0, true};
+      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, orig, 0, true, false};
       ++qp->res_sending;
       qp->epsn = psn + 1;
       schedule(qp);
@@ -451,6 +468,7 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       r->length = reth.dma_len;
       r->next = 0;
       r->sending = true;
+      r->replay = true;
       counters_.inc(Counter::dup_reads_replayed);
       schedule(qp);
       return;
@@ -462,6 +480,7 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       if (r == nullptr || !r->atomic || r->first_psn != psn) return;
       if (!r->sending) ++qp->res_sending;
       r->sending = true;
+      r->replay = true;
       counters_.inc(Counter::dup_atomics_replayed);
       schedule(qp);
       return;

@@ -417,6 +417,7 @@ Runtime* open_runtime(Device* d) {
     fc.corrupt = dc.fault.corrupt;
     fc.reorder = dc.fault.reorder;
     fc.reorder_window = dc.fault.reorder_window;
+    fc.reorder_hold_ns = dc.fault.reorder_hold_ns;
     fc.delay_ns = dc.fault.delay_ns;
     fc.jitter_ns = dc.fault.jitter_ns;
     fc.tx_side = dc.fault.tx_side;

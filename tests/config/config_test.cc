@@ -86,13 +86,16 @@ TEST(Config, FaultSettingDescribesTheInjector) {
   EXPECT_DOUBLE_EQ(f.loss, 0.01);
   EXPECT_DOUBLE_EQ(f.reorder, 0.05);
   EXPECT_EQ(f.reorder_window, 4u);  // reorder without a window gets the default
+  EXPECT_EQ(f.reorder_hold_ns, 1'000'000u);  // and a frame is held at most 1 ms
   EXPECT_EQ(f.seed, 7u);
   EXPECT_TRUE(f.tx_side);
   EXPECT_TRUE(f.rx_side);
   EXPECT_EQ(f.delay_ns, 2500u);
   FaultSpec g;
-  ASSERT_EQ(parse_fault("corrupt=0.5,window=9,side=rx", &g), "");
+  ASSERT_EQ(parse_fault("corrupt=0.5,window=9,side=rx,reorder=0.1,hold_us=50", &g), "");
   EXPECT_EQ(g.reorder_window, 9u);
+  EXPECT_EQ(g.reorder_hold_ns, 50'000u);
+  EXPECT_NE(parse_fault("reorder=0.1,hold_us=0", &g), "");
   EXPECT_FALSE(g.tx_side);
   EXPECT_TRUE(g.rx_side);
   Config c;

@@ -211,6 +211,43 @@ TEST_F(Responder, ReadIsAnsweredInMtuSegmentsAndDuplicateReplaysSubset) {
   EXPECT_EQ(engine->counters()[Counter::dup_reads_replayed], 1u);
 }
 
+TEST_F(Responder, AStaleDuplicateReadDoesNotHoldItsSlotAgainstTheNextRead) {
+  // One responder resource (rping's responder_resources 1). READ at ePSN, answered. A
+  // reordering link then delivers an old copy of that READ just before the next READ, in
+  // the same burst: the copy starts a replay in the only slot, and the new READ must still
+  // be executed (its requester may have one READ outstanding, and this is it), not NAKed as
+  // invalid. Expect: the new READ's response, no NAK, the replay counted as dropped.
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  o.sq_psn = 5000;
+  o.rd_atomic = 1;
+  side_qp(o);
+  for (size_t i = 0; i < 64; ++i) mem[32 + i] = static_cast<uint8_t>(i);
+  send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 16));
+  ASSERT_EQ(step().size(), 1u);
+  send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 16));        // the stale copy
+  send(opcode::kRcReadRequest, kEpsn + 1, {}, reth(16, 16));   // the next READ
+  const auto out = step();
+  ASSERT_FALSE(out.empty());
+  for (const auto& pkt : out) {
+    EXPECT_TRUE(pkt.hdr.ext.aeth.is_ack()) << "a NAK for PSN " << pkt.hdr.bth.psn;
+  }
+  const auto& last = out.back();
+  EXPECT_EQ(last.hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  EXPECT_EQ(last.hdr.bth.psn, kEpsn + 1);
+  ASSERT_EQ(last.payload.size(), 16u);
+  EXPECT_EQ(last.payload[0], 16);
+  EXPECT_EQ(qp->state, IBV_QPS_RTS);
+  EXPECT_EQ(engine->counters()[Counter::replays_dropped], 1u);
+  // More READs than resources while a first answer is still going out stays invalid: two
+  // new READs in one burst with one slot (the second arrives before the first is sent).
+  send(opcode::kRcReadRequest, kEpsn + 2, {}, reth(0, 16));
+  send(opcode::kRcReadRequest, kEpsn + 3, {}, reth(0, 16));
+  const auto out2 = step();
+  ASSERT_FALSE(out2.empty());
+  EXPECT_FALSE(out2.back().hdr.ext.aeth.is_ack());
+}
+
 TEST_F(Responder, DuplicateAtomicIsReplayedNotExecutedTwice) {
   uint64_t v = 100;
   std::memcpy(mem.data() + 32, &v, 8);

@@ -277,6 +277,36 @@ TEST(FaultInjector, ReorderWindowOneSwapsNeighbours) {
   EXPECT_EQ(c.reordered, 5u);
 }
 
+TEST(FaultInjector, AReorderedFrameLeavesAfterItsHoldTimeWithoutLaterTraffic) {
+  // Request/response traffic: one frame, and nothing after it until it is answered. Held
+  // for reordering, it must not wait for a next frame (that would be a loss the transport
+  // recovers only by its retransmission timeout): it leaves once reorder_hold_ns passed.
+  MemLink link;
+  FaultConfig cfg;
+  cfg.reorder = 1.0;
+  cfg.reorder_window = 4;
+  cfg.reorder_hold_ns = 1000;
+  {
+    FaultInjector fi(link.a(), cfg);
+    send(fi, 100, 0, 1);
+    EXPECT_EQ(fi.held(), 1u);
+    fi.pump(1099);  // Expect: one ns early, nothing.
+    EXPECT_TRUE(drain(link.b(), 1099).empty());
+    fi.pump(1100);  // Expect: the frame.
+    EXPECT_EQ(seqs(drain(link.b(), 1100)), iota(1));
+    EXPECT_EQ(fi.held(), 0u);
+    // Several held at once leave in the order they were held, each at its own time.
+    send(fi, 2000, 1, 1);
+    send(fi, 2500, 2, 1);
+    fi.pump(3000);
+    EXPECT_EQ(seqs(drain(link.b(), 3000)), std::vector<uint32_t>{1});
+    fi.pump(3500);
+    EXPECT_EQ(seqs(drain(link.b(), 3500)), std::vector<uint32_t>{2});
+    EXPECT_EQ(fi.counters().reordered, 3u);
+  }
+  expect_pool_full(link);
+}
+
 TEST(FaultInjector, DelayHoldsFramesUntilDue) {
   MemLink link;
   FaultConfig cfg;
