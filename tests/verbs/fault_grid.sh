@@ -20,7 +20,7 @@ seeds=${GRID_SEEDS:-5} perf_seeds=${GRID_PERF_SEEDS:-1}
 
 # run_pair FAULT PORT SERVER-ARGS... -- CLIENT-ARGS...: 0 if both ends exit 0 within 60 s.
 # One exception, counted apart (lost_dreq): an rping server still waiting, without an error,
-# 10 s after its client finished and exited 0. The client's DREQ was lost, and the server,
+# 3 s after its client finished and exited 0. The client's DREQ was lost, and the server,
 # which sends nothing while it waits for the next request, cannot learn that the client is
 # gone — as with the kernel's CM, which stops resending a DREQ when its id is destroyed
 # (rping destroys it right after rdma_disconnect). The data was all verified by then.
@@ -36,7 +36,7 @@ run_pair() {
     timeout 60 "$@" >"$dir/client.log" 2>&1 || crc=1
   [ $crc -eq 0 ] || rc=1
   if [ $crc -eq 0 ] && [ "${sargs[0]}" = rping ]; then
-    for _ in $(seq 100); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 30); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$server" 2>/dev/null && [ ! -s "$dir/server.log" ]; then
       lost_dreq=$((lost_dreq + 1))
       kill "$(cat "/proc/$server/task/$server/children" 2>/dev/null)" 2>/dev/null || true
