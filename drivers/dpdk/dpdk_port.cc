@@ -91,24 +91,29 @@ std::string pci_address(const std::string& devargs) {
   unsigned dom = 0, bus = 0, dev = 0, fn = 0;
   char tail = 0;
   const bool full = std::sscanf(head.c_str(), "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) == 4;
-  if (!full && std::sscanf(head.c_str(), "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3) return "";
+  if (!full) {
+    dom = bus = dev = fn = 0;  // the first attempt may have filled some in
+    if (std::sscanf(head.c_str(), "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3) return "";
+  }
   if (bus > 0xFF || dev > 0x1F || fn > 7 || dom > 0xFFFF) return "";
   char out[16];
   std::snprintf(out, sizeof out, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
   return out;
 }
 
-/// Free hugepage memory in MiB (the default page size's pool), from /proc/meminfo.
+/// Free hugepage memory in MiB (the default page size's pool, less the pages other
+/// processes have reserved but not yet touched), from /proc/meminfo.
 uint64_t free_hugepage_mib() {
   std::ifstream in("/proc/meminfo");
   std::string key;
-  uint64_t free_pages = 0, page_kib = 0, value = 0;
+  uint64_t free_pages = 0, reserved = 0, page_kib = 0, value = 0;
   while (in >> key >> value) {
     if (key == "HugePages_Free:") free_pages = value;
+    if (key == "HugePages_Rsvd:") reserved = value;
     if (key == "Hugepagesize:") page_kib = value;
     in.ignore(256, '\n');
   }
-  return free_pages * page_kib / 1024;
+  return (free_pages > reserved ? free_pages - reserved : 0) * page_kib / 1024;
 }
 
 /// Why a PCI device cannot be given to DPDK, as one line naming the fix; "" if it can.
@@ -162,16 +167,17 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
   const bool have_mask = sched_getaffinity(0, sizeof mask, &mask) == 0;
   int lcore = 0;
   while (have_mask && lcore < CPU_SETSIZE - 1 && !CPU_ISSET(lcore, &mask)) ++lcore;
-  // Memory: hugepages when there are enough free (DMA for PCI NICs, large umem chunks for
-  // af_xdp), kept in memory only (--in-memory: no files in hugetlbfs); else plain pages.
-  // PCI: only the configured device is probed (-a); without one, no PCI scan at all.
+  // Memory: hugepages for a PCI NIC (its DMA needs them), kept in memory only (--in-memory:
+  // no files in hugetlbfs); plain pages for the software ports, which need none, so that a
+  // program never takes hugepages others may count on. PCI: only the configured device is
+  // probed (-a); without one, no PCI scan at all.
   constexpr uint64_t kEalMib = 256;
   const std::string pci = pci_address(cfg.devargs);
   if (!pci.empty()) {
     *error = pci_unusable(pci, kEalMib);
     if (!error->empty()) return false;
   }
-  const bool huge = free_hugepage_mib() >= kEalMib;
+  const bool huge = !pci.empty();  // checked above: enough are free
   std::vector<std::string> args = {"uroce", "-l", std::to_string(lcore), "-m",
                                    std::to_string(kEalMib), "--no-telemetry",
                                    "--file-prefix=uroce-" + std::to_string(getpid()),

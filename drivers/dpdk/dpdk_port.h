@@ -4,8 +4,8 @@
 //
 // Frames live in mbufs: the Frame header sits in each mbuf's private area, so handing frames
 // between the port and the engine costs no allocation. One EAL per process, started by the
-// first DpdkPort (hugepages when 256 MiB are free, kept in memory only, else --no-huge; only
-// the configured PCI device probed, or no PCI scan; a unique --file-prefix; on a CPU the
+// first DpdkPort (hugepages, kept in memory only, for a PCI NIC, else --no-huge; only the
+// configured PCI device probed, or no PCI scan; a unique --file-prefix; on a CPU the
 // calling thread may already use, whose affinity it restores) and up until the process exits;
 // several ports may
 // share it, and a port closed is removed from DPDK entirely. Every descriptor DPDK opens is

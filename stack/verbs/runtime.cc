@@ -338,20 +338,19 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
 }
 
 /// The process, or its last context of the device, is leaving (its progress thread already
-/// stopped): what the engine owes the wire goes out (ACKs, responses), then every rdma_cm
-/// connection's peer hears DREQ (a pending request, REJ), as from the kernel's rdma_cm when a
-/// process's file is closed, so a peer waiting in rdma_get_cm_event gets DISCONNECTED instead
-/// of waiting forever. Each is sent once: nobody is left to resend a lost one. An application
-/// thread inside a pass is waited for up to 100 ms; one that holds the engine longer is left
-/// alone.
+/// stopped): every rdma_cm connection's peer hears DREQ (a pending request, REJ), as from the
+/// kernel's rdma_cm when a process's file is closed, so a peer waiting in rdma_get_cm_event
+/// gets DISCONNECTED instead of waiting forever. Each is sent once: nobody is left to resend a
+/// lost one. No engine pass runs: received frames could write into registered memory the
+/// program has already freed on its way out. An application thread inside a pass is waited
+/// for up to 100 ms; one that holds the engine longer is left alone.
 void say_goodbye(Runtime* rt) {
-  if (!rt->engine) return;
+  if (!rt->engine || !rt->cm) return;
   std::unique_lock<std::mutex> lock(rt->emu, std::defer_lock);
   for (int i = 0; i < 1000 && !lock.try_lock(); ++i)
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (!lock.owns_lock()) return;
-  rt->engine->poll(now_ns());
-  if (rt->cm) rt->cm->shutdown();
+  rt->cm->shutdown();
 }
 
 /// Stops the runtime's thread and releases everything it holds (registry lock held or the

@@ -152,26 +152,36 @@ int apply_options(int argc, char** argv, int i, const char* help_text) {
   return i;
 }
 
-/// The mount points under `root` (e.g. "/tmp/x/old") one level down, from /proc/self/mountinfo
-/// (its fifth field; octal escapes for spaces and the like are left as they are: such names
-/// do not occur under /dev).
+/// The mount points under `root` (e.g. "/tmp/old"), relative to it, from
+/// /proc/self/mountinfo (its fifth field; octal escapes, for spaces and the like, are left as
+/// they are: such names do not occur under /dev). Each appears once, in mount order, and a
+/// mount inside another one listed is left out (binding the outer one recursively brings it).
 std::vector<std::string> submounts(const std::string& root) {
   std::vector<std::string> out;
   FILE* f = std::fopen("/proc/self/mountinfo", "re");
   if (f == nullptr) return out;
-  char line[4096];
+  char* line = nullptr;
+  size_t cap = 0;
   const std::string prefix = root + "/";
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    char mp[PATH_MAX];
-    if (std::sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1) continue;
-    const std::string m(mp);
-    if (m.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string rest = m.substr(prefix.size());
-    if (rest.empty() || rest.find('/') != std::string::npos) continue;
-    bool seen = false;
-    for (const std::string& o : out) seen = seen || o == rest;
-    if (!seen) out.push_back(rest);
+  while (getline(&line, &cap, f) > 0) {
+    std::string mp;
+    {
+      const char* p = line;
+      for (int field = 0; field < 4 && p != nullptr; ++field) {
+        p = std::strchr(p, ' ');
+        if (p != nullptr) ++p;
+      }
+      if (p == nullptr) continue;
+      mp.assign(p, std::strcspn(p, " "));
+    }
+    if (mp.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = mp.substr(prefix.size());
+    bool covered = rest.empty();
+    for (const std::string& o : out)
+      covered = covered || rest == o || rest.compare(0, o.size() + 1, o + "/") == 0;
+    if (!covered) out.push_back(rest);
   }
+  std::free(line);
   std::fclose(f);
   return out;
 }
@@ -206,11 +216,15 @@ bool give_dev_nodes(std::string* why) {
     return false;
   };
   if (unshare(CLONE_NEWNS) != 0) return failed("unshare(CLONE_NEWNS)");
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-    return failed("making / private");
+  // Slave, as `ip netns exec` makes it: nothing mounted here reaches the host, and mounts the
+  // host makes later (a new network namespace's file, say) still show in the program's view.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    return failed("making / a slave mount");
   // A scratch tmpfs over /tmp (only in this namespace, and only until the overlay stands):
   // the overlay's upper and work directories, and the old /dev to take the submounts from.
-  const std::string tmp = "/tmp", up = tmp + "/up", work = tmp + "/work", old = tmp + "/old";
+  char real_tmp[PATH_MAX];
+  if (realpath("/tmp", real_tmp) == nullptr) return failed("/tmp");
+  const std::string tmp = real_tmp, up = tmp + "/up", work = tmp + "/work", old = tmp + "/old";
   if (mount("uroce", tmp.c_str(), "tmpfs", MS_NOSUID, "mode=0755") != 0)
     return failed("a scratch tmpfs");
   bool overlaid = false;
@@ -232,6 +246,9 @@ bool give_dev_nodes(std::string* why) {
     return undo("an overlay over /dev");
   overlaid = true;
   for (const std::string& m : submounts(old)) {
+    // A real /dev/infiniband mounted in (a container's RDMA devices) stays below the
+    // overlay: binding it back would put our node into it.
+    if (m == "infiniband" || m.rfind("infiniband/", 0) == 0) continue;
     const std::string from = old + "/" + m, to = "/dev/" + m;
     if (mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
       return undo(("binding /dev/" + m + " back").c_str());
