@@ -351,6 +351,9 @@ void say_goodbye(Runtime* rt) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (!lock.owns_lock()) return;
   rt->cm->shutdown();
+  // Frames the fault injector (UROCE_FAULT) holds back for reordering or delay were on the
+  // wire already, as far as the transport knows: they leave now, not with the process.
+  if (rt->fault) static_cast<drivers::FaultInjector*>(rt->fault.get())->flush(now_ns());
 }
 
 /// Stops the runtime's thread and releases everything it holds (registry lock held or the
