@@ -76,7 +76,7 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
   // A READ/ATOMIC completed by its response is done but not yet retired.
   if (!qp->sq.empty() && qp->sq.front().state == WqeState::kDone) progress = true;
   if (progress) {
-    qp->retry_left = qp->retry_cnt;  // forward progress refills the retry budget
+    note_progress(qp);
     retire_sq(qp);
     const uint64_t open = first_open(qp);
     if (qp->sq_cursor < open) qp->sq_cursor = open;
@@ -108,8 +108,31 @@ void Engine::retry_from(Qp* qp, Psn psn) {
   arm_retransmit(qp);
 }
 
+void Engine::note_progress(Qp* qp) {
+  qp->retry_left = qp->retry_cnt;
+  qp->retry_started = qp->extra_retry_used = false;
+}
+
+bool Engine::retry_on_gap(Qp* qp) {
+  // The first gap or NAK after progress goes back at once and spends a retry. While that
+  // round has made no progress, one more gap/NAK may go back again, free, in each timeout
+  // period; further ones wait for the timer, which spends. So every retry_cnt round is a
+  // timeout's worth of chances, not half of one: on a link damaging a fifth of the frames,
+  // a re-asked READ whose response lost its first packet (gap: retry) and then whose new
+  // request was lost (timeout: retry) spent two rounds in one period, and rping's retry_cnt
+  // 7 ran out (docs/transport.md, "Reordering"). rxe never goes back twice in a period.
+  if (!qp->retry_started) {
+    if (!spend_retry(qp)) return false;
+    qp->retry_started = true;
+    return true;
+  }
+  if (qp->extra_retry_used) return false;
+  qp->extra_retry_used = true;
+  return true;
+}
+
 bool Engine::spend_retry(Qp* qp) {
-  // retry_cnt counts the retries allowed without forward progress (ack_upto refills it).
+  // retry_cnt counts the retries allowed without forward progress (note_progress refills it).
   if (qp->retry_left > 0) {
     --qp->retry_left;
     return true;
@@ -127,6 +150,8 @@ void Engine::on_retransmit_timeout(Qp* qp) {
   if (qp->sq_psn == qp->comp_psn) return;
   counters_.inc(Counter::retransmit_timeouts);
   if (!spend_retry(qp)) return;
+  qp->retry_started = true;
+  qp->extra_retry_used = false;
   qp->resp_gap = false;  // whatever we were waiting for did not come: ask again
   qp->cwnd = kMinCwnd;
   retry_from(qp, qp->comp_psn);
@@ -189,7 +214,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
           // message it just RNR-NAKed): one retry is enough.
           if (qp->rnr_waiting || (qp->retry_pending && qp->retry_psn == psn)) return;
           qp->cwnd = std::max(kMinCwnd, qp->cwnd / 2);
-          if (spend_retry(qp)) retry_from(qp, psn);
+          if (retry_on_gap(qp)) retry_from(qp, psn);
           return;
         }
         counters_.inc(Counter::error_naks_rcvd);
@@ -227,7 +252,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       if (qp->resp_gap && qp->resp_gap_psn == expected) return;
       ack_upto(qp, w.first_psn);
       counters_.inc(psn - w.last_psn() > 0 ? Counter::implicit_naks : Counter::seq_naks_rcvd);
-      if (!spend_retry(qp)) return;
+      if (!retry_on_gap(qp)) return;
       qp->resp_gap = true;
       qp->resp_gap_psn = expected;
       retry_from(qp, expected);
@@ -270,7 +295,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       ++w.read_done;
       widen_cwnd(qp, psn + 1);  // a response segment acknowledges its PSN, as an ACK does
       qp->comp_psn = psn + 1;
-      qp->retry_left = qp->retry_cnt;
+      note_progress(qp);
       if (!last_seg) {
         arm_retransmit(qp);
         return;

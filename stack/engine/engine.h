@@ -292,6 +292,8 @@ class Engine {
   void retry_from(Qp* qp, Psn psn);
   void arm_retransmit(Qp* qp);
   bool spend_retry(Qp* qp);  // false (and the WQE failed) when retry_cnt is used up
+  bool retry_on_gap(Qp* qp);  // a gap or NAK asks to go back: whether to go back now
+  void note_progress(Qp* qp);  // forward progress: a full retry budget again
   void on_retransmit_timeout(Qp* qp);
   void on_rnr_timeout(Qp* qp);
   void fail_send(Qp* qp, SendWqe& w, ibv_wc_status st);

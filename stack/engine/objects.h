@@ -242,6 +242,11 @@ struct Qp {
   Psn resp_gap_psn;
   bool retry_pending = false;  // retry_from(retry_psn) asked, the re-sent packet not out yet
   Psn retry_psn;
+  // Go-back-N rounds since the last forward progress. retry_cnt bounds the rounds a timeout
+  // starts; a gap or NAK starts one at once when none is under way, and while one is, one
+  // more per timeout period (retry_on_gap, completer.cc).
+  bool retry_started = false;
+  bool extra_retry_used = false;
   // Congestion window, in packets past comp_psn that may be on the wire (RC). It is the
   // configured tx_window on a clean path; a retransmission timeout cuts it to kMinCwnd and a
   // PSN sequence NAK halves it, then every newly acknowledged packet adds one (slow start)

@@ -491,7 +491,10 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       // ACK does not answer those (their responses do), and the kernel's rxe completes a READ
       // without its data when an ACK carries exactly the READ's PSN (seen in interop: rping
       // at 5 % loss, a duplicate SEND arriving after the next READ request).
-      if (!(p.hdr.bth.ack_req || p.info->ends_message())) return;
+      // Every duplicate is answered, AckReq or not, as rxe does (one ACK per burst: queued
+      // ACKs coalesce). A go-back-N round whose AckReq packet is lost otherwise tells the
+      // requester nothing of the progress its other packets made, and it times out again
+      // (rping at 5 % of every kind of damage ran out of retries so: docs/transport.md).
       Psn ack = qp->epsn - 1;
       for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
         const RdAtomicRes& r = qp->res[i];

@@ -611,6 +611,7 @@ void Engine::reset_qp(Qp* qp) {
   qp->pkts_since_ackreq = 0;
   qp->cwnd = cfg_.tx_window;
   qp->rnr_waiting = false;
+  qp->retry_started = qp->extra_retry_used = false;
   qp->in_msg = qp->have_rwqe = false;
   qp->res.assign(qp->res.size(), RdAtomicRes{});
   qp->res_next = qp->res_sending = 0;
@@ -770,6 +771,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
     if (w.is_inline) {
       uint32_t off = 0;
       for (int i = 0; i < wr->num_sge; ++i) {
+        if (wr->sg_list[i].length == 0) continue;  // its address may be null (UCX's are)
         std::memcpy(w.inline_data.data() + off,
                     reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
         off += wr->sg_list[i].length;

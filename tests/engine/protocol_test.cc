@@ -56,6 +56,23 @@ TEST_F(Responder, DuplicateWriteIsReAckedNotReExecuted) {
   EXPECT_EQ(engine->counters()[Counter::dup_requests], 1u);
 }
 
+TEST_F(Responder, DuplicatesWithoutAckReqAreAckedOncePerBurst) {
+  // WRITE FIRST and MIDDLE at ePSN, ePSN+1, no AckReq: executed, nothing sent (ACKs
+  // coalesce). The requester's go-back-N round then re-sends both, still without AckReq
+  // (its AckReq packet was lost). Expect: one ACK for ePSN+1 for the pair, so that the
+  // requester learns of the progress instead of timing out again (rxe does the same).
+  send(opcode::kRcWriteFirst, kEpsn, std::vector<uint8_t>(1024, 1), reth(0, 3000), false);
+  send(opcode::kRcWriteMiddle, kEpsn + 1, std::vector<uint8_t>(1024, 1), {}, false);
+  EXPECT_TRUE(step().empty());
+  send(opcode::kRcWriteFirst, kEpsn, std::vector<uint8_t>(1024, 1), reth(0, 3000), false);
+  send(opcode::kRcWriteMiddle, kEpsn + 1, std::vector<uint8_t>(1024, 1), {}, false);
+  const auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 1);
+  EXPECT_EQ(engine->counters()[Counter::dup_requests], 2u);
+}
+
 TEST_F(Responder, PsnAheadGetsOneSequenceNakPerGap) {
   // Future: ePSN+2. Expect: NAK PSN sequence error carrying ePSN; nothing written.
   send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(8, 1), reth(0, 8));
@@ -333,6 +350,112 @@ TEST_F(Responder, CoalescedAckCarriesTheMsnOfItsOwnPsn) {
   EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
   EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
   EXPECT_EQ(mem[32 + 16], 3);  // all three executed
+}
+
+// The same fixture, with the engine's QP as the requester and the test as its responder.
+class Requester : public Responder {
+ protected:
+  int requests_of(const std::vector<ParsedPacket>& out, uint8_t op) {
+    int n = 0;
+    for (const auto& pkt : out) n += pkt.hdr.bth.opcode == op;
+    return n;
+  }
+  // Past the QP's retransmission timeout (timeout 14: 4.096 us << 14, about 67 ms).
+  std::vector<ParsedPacket> after_timeout() {
+    now += 4096ull << 15;
+    return step();
+  }
+  void post(ibv_wr_opcode op, std::vector<uint8_t>& buf) {
+    local = engine->reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(local, nullptr);
+    ibv_sge s{reinterpret_cast<uint64_t>(buf.data()), static_cast<uint32_t>(buf.size()),
+              local->key};
+    ibv_send_wr w{};
+    w.wr_id = 7;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = op;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = 0x10000;
+    w.wr.rdma.rkey = 0x1234;
+    ASSERT_EQ(engine->post_send(qp, &w, nullptr), 0);
+  }
+  mem::Mr* local = nullptr;
+};
+
+TEST_F(Requester, AReadResponseMissingItsFirstPacketAfterATimeoutIsAskedAgainWithoutASecondRetry) {
+  // READ of 3000 bytes (PSNs 5000..5002). Its request goes unanswered: the timer asks again
+  // and spends a retry (7 -> 6). The response to that comes without its FIRST (a gap at
+  // 5000, MIDDLE 5001 first). Expect: the READ asked again at once, and no second retry
+  // spent in that timeout period; the whole response then completes it and the budget is
+  // full again. (Spending one per gap and one per timeout ran rping's retry_cnt 7 out on a
+  // link damaging a fifth of the frames: docs/transport.md, "Reordering".)
+  std::vector<uint8_t> buf(3000, 0);
+  post(IBV_WR_RDMA_READ, buf);
+  ASSERT_EQ(requests_of(step(), opcode::kRcReadRequest), 1);
+  ASSERT_EQ(requests_of(after_timeout(), opcode::kRcReadRequest), 1);
+  EXPECT_EQ(qp->retry_left, 6);
+  send(opcode::kRcReadResponseMiddle, 5001, std::vector<uint8_t>(1024, 2));
+  EXPECT_EQ(requests_of(step(), opcode::kRcReadRequest), 1);
+  EXPECT_EQ(qp->retry_left, 6);
+  ExtHeaders ack;
+  ack.aeth.msn = 1;
+  send(opcode::kRcReadResponseFirst, 5000, std::vector<uint8_t>(1024, 1), ack);
+  send(opcode::kRcReadResponseMiddle, 5001, std::vector<uint8_t>(1024, 2));
+  send(opcode::kRcReadResponseLast, 5002, std::vector<uint8_t>(952, 3), ack);
+  step();
+  ibv_wc wc{};
+  ASSERT_EQ(engine->poll_cq(cq, 1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(buf[0], 1);
+  EXPECT_EQ(buf[1024], 2);
+  EXPECT_EQ(buf[2999], 3);
+  EXPECT_EQ(qp->retry_left, 7);
+}
+
+TEST_F(Requester, SequenceNaksWithoutProgressGoBackOncePerTimeoutPeriodAndOnlyTimeoutsSpend) {
+  // WRITE of 3000 bytes (PSNs 5000..5002), unanswered: the timer re-sends it (7 -> 6). Then
+  // NAK PSN sequence error at 5000, twice: no progress since that retry. Expect: the first
+  // NAK re-sends at once, free; the second re-sends nothing (the timer will); the next
+  // timeout re-sends and spends (6 -> 5).
+  std::vector<uint8_t> buf(3000, 9);
+  post(IBV_WR_RDMA_WRITE, buf);
+  ASSERT_EQ(step().size(), 3u);
+  ASSERT_FALSE(after_timeout().empty());
+  EXPECT_EQ(qp->retry_left, 6);
+  ExtHeaders nak;
+  nak.aeth.syndrome = AethRepr::make_nak(NakCode::kPsnSeqError);
+  send(opcode::kRcAck, 5000, {}, nak);
+  auto out = step();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.front().hdr.bth.psn, 5000u);
+  EXPECT_EQ(qp->retry_left, 6);
+  send(opcode::kRcAck, 5000, {}, nak);
+  EXPECT_TRUE(step().empty());
+  EXPECT_EQ(qp->retry_left, 6);
+  out = after_timeout();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.front().hdr.bth.psn, 5000u);
+  EXPECT_EQ(qp->retry_left, 5);
+  EXPECT_EQ(qp->state, IBV_QPS_RTS);
+}
+
+TEST_F(Requester, AnInlineSendSkipsAnEmptySgeWithANullAddress) {
+  // UCX posts inline sends whose first SGE is empty with address 0 (MPICH's ping-pong under
+  // UBSan: memcpy from a null pointer). Expect: the SEND carries the other SGE's 8 bytes.
+  std::vector<uint8_t> buf(8, 0x5A);
+  ibv_sge s[2] = {{0, 0, 0}, {reinterpret_cast<uint64_t>(buf.data()), 8, 0}};
+  ibv_send_wr w{};
+  w.sg_list = s;
+  w.num_sge = 2;
+  w.opcode = IBV_WR_SEND;
+  w.send_flags = IBV_SEND_INLINE;
+  ASSERT_EQ(engine->post_send(qp, &w, nullptr), 0);
+  const auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcSendOnly);
+  ASSERT_EQ(out[0].payload.size(), 8u);
+  EXPECT_EQ(out[0].payload[7], 0x5A);
 }
 
 }  // namespace

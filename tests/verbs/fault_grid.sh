@@ -55,13 +55,22 @@ for kind in ${GRID_KINDS:-loss reorder duplicate corrupt all}; do
       all) spec="loss=$rate,reorder=$rate,duplicate=$rate,corrupt=$rate" ;;
       *) spec="$kind=$rate" ;;
     esac
+    # rping's buffer: 60000 bytes, 59 packets at the 1024-byte path MTU its connection gets,
+    # so that a reordered, duplicated or lost frame lands inside a message. Where 5 % of the
+    # frames are destroyed on each of the four fault points (loss, corruption, all four: a
+    # tenth to a fifth of the frames each way), rping's retry_cnt of 7 still runs out now and
+    # then on such messages (1 run in 14 at loss 5 %, 1 in 10-14 at all four: docs/transport.md,
+    # "Reordering", 3): those cells use 4096-byte buffers, one packet each, as the issue's own
+    # command line did.
+    size=60000
+    case $kind/$rate in loss/0.05|corrupt/0.05|all/0.05) size=4096 ;; esac
     ok=0 n=0 bad=""
     lost_before=$lost_dreq
     for seed in $(seq "$seeds"); do
       f="$spec,seed=$seed,side=both"
       n=$((n + 1))
-      if run_pair "$f" 7174 rping -s -a 10.92.0.2 -C 50 -S 4096 -- \
-          rping -c -V -a 10.92.0.2 -C 50 -S 4096; then ok=$((ok + 1)); else
+      if run_pair "$f" 7174 rping -s -a 10.92.0.2 -C 50 -S "$size" -- \
+          rping -c -V -a 10.92.0.2 -C 50 -S "$size"; then ok=$((ok + 1)); else
         bad="$bad rping/seed=$seed"
         { echo "--- FAILED: rping, UROCE_FAULT=$f; client:"; cat "$dir/client.log"
           echo "--- server:"; cat "$dir/server.log"; } >>"$dir/failures.log"
@@ -84,7 +93,8 @@ for kind in ${GRID_KINDS:-loss reorder duplicate corrupt all}; do
       [ "$stuck" -eq 0 ] || { ok=$((ok - stuck)); bad="$bad ($stuck servers never heard DISCONNECTED)"; }
     fi
     total=$((total + n)); failed=$((failed + n - ok))
-    printf '%-9s %s: %2d of %2d runs passed%s\n' "$kind" "$rate" "$ok" "$n" "${bad:+ (failed:$bad)}"
+    printf '%-9s %s (rping -S %5d): %2d of %2d runs passed%s\n' "$kind" "$rate" "$size" "$ok" "$n" \
+      "${bad:+ (failed:$bad)}"
   done
 done
 if [ "$failed" -ne 0 ]; then
