@@ -14,6 +14,7 @@ packages=(
   ibverbs-utils perftest binutils            # unmodified verbs programs to test the provider with
   librdmacm-dev rdmacm-utils                 # rdma_cma.h for our librdmacm; rping, ucmatose, udaddy
   ucx-utils libfabric-bin                    # middleware over uroce (tests/verbs/middleware.sh)
+  openmpi-bin libopenmpi-dev mpich libmpich-dev  # MPI over UCX (middleware.sh's ping-pong)
   iperf3 qperf                               # the kernel sockets side of tools/bench/side_by_side.sh
   python3-pyverbs time                       # pyverbs smoke test; /usr/bin/time for the bench
   gnuplot-nox                                # plots of the benchmark scripts

@@ -2,8 +2,9 @@
 # The middleware applications reach RDMA through, unmodified, under `uroce run` between two
 # network namespaces joined by a veth pair: UCX (its UCT transports rc_verbs and ud_verbs,
 # and UCP's tag matching with rendezvous, which Open MPI and MPICH use), libfabric's verbs
-# provider (msg, rdm over ofi_rxm and ofi_rxd, dgram) and librdmacm's rdma_xserver/xclient.
-# Each case checks exit codes and that the program printed its figures.
+# provider (msg, rdm over ofi_rxd, dgram), librdmacm's rdma_xserver/xclient, and Open MPI and
+# MPICH over UCX (a byte-checking ping-pong, one rank per namespace). Each case checks exit
+# codes and that the program printed its figures.
 # Usage: middleware.sh UROCE. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 uroce=$1
@@ -78,3 +79,40 @@ fab -p verbs -e dgram
 
 # librdmacm's example with inline data on a QP created with max_inline_data 0.
 pair "rdma_xserver / rdma_xclient" 7471 "end 0" rdma_xserver -- rdma_xclient -s "$srv"
+
+# MPI over UCX: a ping-pong that checks every byte (tests/verbs/mpi_pingpong.c, 1 B to 4 MiB,
+# eager and rendezvous), one rank per "node": the launcher runs in the host's namespace and
+# each rank enters its own (ip netns exec) under `uroce run`. UCX is held to the verbs
+# transports, and the link's byte counter shows the data crossed it.
+mpi_env=(UCX_NET_DEVICES=uroce0:1 UCX_TLS=rc_verbs,ud_verbs,self)
+rank_in() { echo ip netns exec "$1" "$uroce" run --iface "$2" -- timeout 120; }
+mpi_case() {  # NAME MPICC LAUNCHER-AND-ARGS... (the launcher gets "RANK0 : RANK1")
+  local name=$1 cc=$2; shift 2
+  command -v "$cc" >/dev/null || { echo "SKIP: $name: no $cc (tools/install-deps.sh)"; return 0; }
+  "$cc" -O2 -o "$dir/mpi_pp_$name" "$(dirname "$0")/mpi_pingpong.c"
+  local tx0 tx1 out="$dir/mpi_$name.log"
+  tx0=$(ip netns exec "$nsA" cat "/sys/class/net/${tag}va/statistics/tx_bytes")
+  # shellcheck disable=SC2046
+  if ! timeout 180 "$@" $(rank_in "$nsA" "${tag}va") "$dir/mpi_pp_$name" : \
+      "${launch_one[@]}" $(rank_in "$nsB" "${tag}vb") "$dir/mpi_pp_$name" >"$out" 2>&1; then
+    echo "FAIL: $name ping-pong"; cat "$out"; exit 1
+  fi
+  tx1=$(ip netns exec "$nsA" cat "/sys/class/net/${tag}va/statistics/tx_bytes")
+  local verified; verified=$(sed -n 's/^verified \([0-9]*\) bytes each way$/\1/p' "$out")
+  [ -n "$verified" ] || { echo "FAIL: $name: no 'verified' line"; cat "$out"; exit 1; }
+  [ $((tx1 - tx0)) -ge "$verified" ] \
+    || { echo "FAIL: $name: $((tx1 - tx0)) bytes left A for $verified verified: not over the link"; exit 1; }
+  echo "ok: $name ping-pong over UCX: $verified bytes verified each way; $(grep -E '^ +(64|4194304) bytes' "$out" | tr -s ' ' | paste -sd';')"
+}
+ompi_env=() mpich_env=()
+for e in "${mpi_env[@]}"; do ompi_env+=(-x "$e"); mpich_env+=(-genv "${e%%=*}" "${e#*=}"); done
+launch_one=(-n 1)
+mpi_case mpich mpicc.mpich mpiexec.mpich "${mpich_env[@]}" -n 1
+# Open MPI's ranks reach their launcher over PMIx's TCP transport, on loopback by default,
+# which a rank in another namespace does not share: mpirun runs in A and its PMIx server
+# listens on A's end of the link instead, where B's rank reaches it over the veth pair.
+launch_one=(-np 1)
+mpi_case openmpi mpicc.openmpi ip netns exec "$nsA" env PMIX_MCA_ptl_tcp_if_include="${tag}va" \
+  PMIX_MCA_ptl_tcp_remote_connections=1 OMPI_MCA_oob_tcp_if_include="${tag}va" \
+  mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none \
+  --mca pml ucx --mca btl self --mca osc ^ucx "${ompi_env[@]}" -np 1
