@@ -120,7 +120,8 @@ bool Engine::retry_on_gap(Qp* qp) {
   // timeout's worth of chances, not half of one: on a link damaging a fifth of the frames,
   // a re-asked READ whose response lost its first packet (gap: retry) and then whose new
   // request was lost (timeout: retry) spent two rounds in one period, and rping's retry_cnt
-  // 7 ran out (docs/transport.md, "Reordering"). rxe never goes back twice in a period.
+  // 7 ran out (docs/transport.md, "Reordering"). rxe's completer waits for the timer
+  // instead of the free one (its started_retry).
   if (!qp->retry_started) {
     if (!spend_retry(qp)) return false;
     qp->retry_started = true;
