@@ -139,6 +139,13 @@ class Engine {
   mem::Mr* reg_mr(mem::Pd* pd, void* addr, size_t length, int access);
   /// The peer addresses the region as [iova, iova + length) (ibv_reg_mr_iova2).
   mem::Mr* reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
+  /// ibv_reg_dm_mr: [host, host + length) of emulated device memory, zero-based (the peer
+  /// and the SGEs address it from 0). `access` must have IBV_ACCESS_ZERO_BASED (EINVAL).
+  mem::Mr* reg_dm_mr(mem::Pd* pd, void* host, size_t length, int access);
+  /// ibv_advise_mr for one SGE: 0 or the errno ibv_advise_mr(3) gives (EFAULT: no such
+  /// L_Key or out of its MR; EINVAL: not an on-demand MR, or a window's key; EPERM: another
+  /// PD's, or PREFETCH_WRITE on an MR without local write).
+  int advise_mr(const mem::Pd* pd, ibv_advise_mr_advice advice, const ibv_sge& sge) const;
   /// ibv_rereg_mr: the MR keeps its key; 0 or the errno.
   int rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
   int dereg_mr(mem::Mr* mr);

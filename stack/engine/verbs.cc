@@ -156,13 +156,30 @@ mem::Mr* Engine::reg_mr(mem::Pd* pd, void* addr, size_t length, int access) {
 namespace {
 /// 0, or the errno for access flags this engine cannot register.
 int access_errno(int access) {
+  // IBV_ACCESS_HUGETLB is on-demand paging's hint that the range is huge pages: nothing to
+  // do here, where pages are never pinned.
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING |
+                             IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
   if (!(access & ~kSupported)) return 0;
-  return (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND)) ? EOPNOTSUPP : EINVAL;
+  // Zero-based MRs of host memory: only device memory's (reg_dm_mr) are.
+  return (access & IBV_ACCESS_ZERO_BASED) ? EOPNOTSUPP : EINVAL;
 }
 }  // namespace
+
+mem::Mr* Engine::reg_dm_mr(mem::Pd* pd, void* host, size_t length, int access) {
+  const int rest = access & ~IBV_ACCESS_ZERO_BASED;
+  if (!(access & IBV_ACCESS_ZERO_BASED) || (rest & IBV_ACCESS_ON_DEMAND)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (int e = access_errno(rest); e != 0) {
+    errno = e;
+    return nullptr;
+  }
+  return mrs_.reg(pd, host, length, 0, rest);
+}
 
 mem::Mr* Engine::reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova,
                              int access) {
@@ -171,6 +188,27 @@ mem::Mr* Engine::reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t io
     return nullptr;
   }
   return mrs_.reg(pd, addr, length, iova, access);
+}
+
+int Engine::advise_mr(const mem::Pd* pd, ibv_advise_mr_advice advice,
+                      const ibv_sge& sge) const {
+  const mem::Mr* mr = mrs_.find(sge.lkey);
+  if (mr == nullptr) return mrs_.find_mw(sge.lkey) != nullptr ? EINVAL : EFAULT;
+  if (mr->pd != pd) return EPERM;
+  if (!(mr->access & IBV_ACCESS_ON_DEMAND)) return EINVAL;
+  const bool write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+  if (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)) return EPERM;
+  if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) {  // only the range is checked
+    const uint64_t va = sge.addr;
+    return va < mr->iova || va - mr->iova > mr->length || sge.length > mr->length - (va - mr->iova)
+               ? EFAULT
+               : 0;
+  }
+  uint8_t* host = nullptr;  // check() faults an on-demand range in
+  return mrs_.check(sge.lkey, pd, sge.addr, sge.length, write ? IBV_ACCESS_LOCAL_WRITE : 0,
+                    &host) == mem::AccessError::kOk
+             ? 0
+             : EFAULT;
 }
 
 int Engine::rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova,
@@ -461,9 +499,12 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr->max_dest_rd_atomic > cfg_.max_rd_atomic)
     return EINVAL;
   if ((mask & IBV_QP_DEST_QPN) && attr->dest_qp_num > 0xFFFFFF) return EINVAL;
+  // ON_DEMAND is an MR's property; programs that use one set for both (rdma-core's suite
+  // does) have it ignored, as RNICs ignore it.
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
       (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                 IBV_ACCESS_ON_DEMAND)))
     return EINVAL;
   if (mask & IBV_QP_AV) {
     Path p;

@@ -69,10 +69,34 @@ int region_errno(const Pd* pd, const void* addr, uint64_t length, int access) {
   // IBA: remote write or remote atomic access requires local write access.
   const bool needs_local_write =
       (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
-  if (pd == nullptr || (addr == nullptr && length != 0) ||
-      (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE)))
-    return EINVAL;
+  if (pd == nullptr || (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE))) return EINVAL;
+  if (access & IBV_ACCESS_ON_DEMAND) {
+    // On-demand paging: nothing is pinned or faulted in now; each access checks its pages
+    // (MrTable::check). Only a range that wraps is refused, and the implicit MR (NULL,
+    // SIZE_MAX) is the whole address space.
+    if (addr == nullptr && length == SIZE_MAX) return 0;
+    if (addr == nullptr && length != 0) return EINVAL;
+    const auto start = reinterpret_cast<uintptr_t>(addr);
+    return start + length < start ? EINVAL : 0;
+  }
+  if (addr == nullptr && length != 0) return EINVAL;
   return host_range_errno(addr, length, writable(access));
+}
+
+/// `base` + `offset` as a pointer, without pointer arithmetic on a null base (the implicit
+/// on-demand MR's host address is null: its iova is the address itself).
+uint8_t* at(uint8_t* base, uint64_t offset) {
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(base) + offset);
+}
+
+/// For an on-demand MR: faults [host, host+len) in with the access `need` asks for, as an
+/// RNIC's page fault does; false where a page is unmapped or lacks that access (the access
+/// then fails as one out of bounds would: a NAK for a peer, a protection error locally).
+bool odp_present(const Mr& mr, uint8_t* host, uint64_t len, int need) {
+  if (!(mr.access & IBV_ACCESS_ON_DEMAND)) return true;  // pinned at registration
+  const bool write = (need & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                              IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+  return host_range_errno(host, len, write) == 0;
 }
 }  // namespace
 
@@ -243,7 +267,9 @@ AccessError MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len
   // [va, va+len) inside [iova, iova+length), written so that nothing can overflow.
   if (va < mr.iova || va - mr.iova > mr.length || len > mr.length - (va - mr.iova))
     return AccessError::kOutOfBounds;
-  *host = mr.host + (va - mr.iova);
+  uint8_t* h = at(mr.host, va - mr.iova);
+  if (!odp_present(mr, h, len, need)) return AccessError::kOutOfBounds;
+  *host = h;
   return AccessError::kOk;
 }
 
@@ -260,7 +286,9 @@ AccessError MrTable::check_remote(uint32_t key, const Pd* pd, uint32_t qpn, uint
   if ((w.access & need) != need) return AccessError::kNoPermission;
   if (va < w.base || va - w.base > w.length || len > w.length - (va - w.base))
     return AccessError::kOutOfBounds;
-  *host = w.host + (va - w.base);
+  uint8_t* h = at(w.host, va - w.base);
+  if (!odp_present(*w.mr, h, len, need)) return AccessError::kOutOfBounds;
+  *host = h;
   return AccessError::kOk;
 }
 
@@ -346,7 +374,7 @@ bool MrTable::bind(const BindRequest& b, const Pd* pd, uint32_t qpn) {
     w.mr = mr;
     ++mr->windows;
     w.base = zero_based ? 0 : b.addr;
-    w.host = mr->host + (b.addr - mr->iova);
+    w.host = at(mr->host, b.addr - mr->iova);
     w.length = b.length;
     w.access = b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                            IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED);

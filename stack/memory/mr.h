@@ -9,7 +9,10 @@
 // 0xFFFFFFFF are never issued. L_Key and R_Key are the same value.
 //
 // Registration checks the range as the kernel pins it: a range that wraps the address space
-// is EINVAL, one with a page that is unmapped or lacks the access EFAULT.
+// is EINVAL, one with a page that is unmapped or lacks the access EFAULT. An on-demand MR
+// (IBV_ACCESS_ON_DEMAND) is not checked then but at every access, as an RNIC's page fault
+// does; (NULL, SIZE_MAX) with it is the implicit MR, the whole address space. The check and
+// the copy are not atomic: a range the application unmaps while a transfer runs is its race.
 //
 // Memory windows (IBA 10.6.7) share the key space. A window's R_Key keeps bits 31..8 for its
 // whole life (they name it; the index is keyed on them, for MRs too) and takes new bits 7..0

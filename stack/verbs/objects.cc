@@ -10,8 +10,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -38,9 +41,17 @@ struct UPd {
   mem::Pd* pd;
   bool parent_domain;  // a parent domain: a second handle on `pd` (which it keeps busy)
 };
+struct UDm {
+  ibv_dm ibv;
+  uint8_t* mem;     // the emulated device memory: host memory of this process
+  uint64_t length;
+  uint64_t charged;  // what it counts against kDeviceMemoryBytes (length, aligned)
+  uint32_t mrs;     // MRs registered on it (under the engine lock): it cannot be freed
+};
 struct UMr {
   ibv_mr ibv;
   mem::Mr* mr;
+  UDm* dm;  // the device memory it registers, or null
 };
 struct UMw {
   ibv_mw ibv;
@@ -264,6 +275,7 @@ int dereg_mr(ibv_mr* mr) {
   {
     EngineLock lock(rt);
     if (int e = rt->engine->dereg_mr(reinterpret_cast<UMr*>(mr)->mr); e != 0) return e;
+    if (UDm* dm = reinterpret_cast<UMr*>(mr)->dm; dm != nullptr) --dm->mrs;
   }
   disown(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr));
   delete reinterpret_cast<UMr*>(mr);
@@ -308,9 +320,163 @@ std::vector<T*> snapshot(ContextState* s, std::unordered_set<T*> ContextState::*
   return {(s->*set).begin(), (s->*set).end()};
 }
 
+// ---- Device memory (ibv_alloc_dm(3)), emulated in host memory -------------------------------
+//
+// An RNIC's on-chip memory saves the PCIe round trip to host memory; a software RNIC has no
+// such thing, so uroce's is host memory with the same rules: at most kDeviceMemoryBytes per
+// device and process, reached only through ibv_memcpy_to/from_dm (4-byte aligned offset and
+// length, as mlx5 requires) and zero-based MRs (ibv_reg_dm_mr). It is as fast as any
+// other memory here: the point is that programs written for it run.
+
+int dm_copy_errno(const UDm* dm, uint64_t offset, size_t length) {
+  if ((offset | length) % 4 != 0) return EINVAL;
+  if (offset > dm->length || length > dm->length - offset) return EFAULT;
+  return 0;
+}
+
+int op_memcpy_to_dm(ibv_dm* ibv, uint64_t offset, const void* host, size_t length) {
+  auto* dm = reinterpret_cast<UDm*>(ibv);
+  if (int e = dm_copy_errno(dm, offset, length); e != 0) return e;
+  if (length != 0) std::memcpy(dm->mem + offset, host, length);
+  return 0;
+}
+
+int op_memcpy_from_dm(void* host, ibv_dm* ibv, uint64_t offset, size_t length) {
+  auto* dm = reinterpret_cast<UDm*>(ibv);
+  if (int e = dm_copy_errno(dm, offset, length); e != 0) return e;
+  if (length != 0) std::memcpy(host, dm->mem + offset, length);
+  return 0;
+}
+
+ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
+  constexpr uint32_t kMaxLogAlign = 12;  // a page
+  if (attr == nullptr || attr->comp_mask != 0 || attr->length == 0 ||
+      attr->length > kDeviceMemoryBytes || attr->log_align_req > kMaxLogAlign) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const size_t align = std::max<size_t>(64, size_t{1} << attr->log_align_req);
+  const uint64_t charged = (attr->length + align - 1) / align * align;
+  Runtime* rt = runtime_of(context);
+  uint64_t used = rt->dm_in_use.load();
+  do {
+    if (charged > kDeviceMemoryBytes - used) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+  } while (!rt->dm_in_use.compare_exchange_weak(used, used + charged));
+  auto* dm = new (std::nothrow) UDm{};
+  void* mem = dm != nullptr ? std::aligned_alloc(align, charged) : nullptr;
+  if (mem == nullptr) {
+    delete dm;
+    rt->dm_in_use -= charged;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::memset(mem, 0, charged);
+  static std::atomic<uint32_t> next_handle{1};
+  dm->ibv.context = context;
+  dm->ibv.memcpy_to_dm = op_memcpy_to_dm;
+  dm->ibv.memcpy_from_dm = op_memcpy_from_dm;
+  dm->ibv.handle = next_handle++;
+  dm->mem = static_cast<uint8_t*>(mem);
+  dm->length = attr->length;
+  dm->charged = charged;
+  own(context, &ContextState::dms, dm);
+  return &dm->ibv;
+}
+
+int free_dm(ibv_dm* ibv) {
+  auto* dm = reinterpret_cast<UDm*>(ibv);
+  Runtime* rt = runtime_of(ibv->context);
+  {
+    EngineLock lock(rt);
+    if (dm->mrs != 0) return EBUSY;  // MRs still name its bytes
+  }
+  disown(ibv->context, &ContextState::dms, dm);
+  rt->dm_in_use -= dm->charged;
+  std::free(dm->mem);
+  delete dm;
+  return 0;
+}
+
+/// Makes the ibv_mr for a registration that `reg` does on the engine (under its lock): null
+/// with errno when either fails. `dm`: the device memory it registers, or null.
+template <typename Reg>
+ibv_mr* new_mr(ibv_pd* pd, void* addr, size_t length, UDm* dm, Reg reg) {
+  auto* u = new (std::nothrow) UMr{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  {
+    Runtime* rt = runtime_of(pd->context);
+    EngineLock lock(rt);
+    u->mr = reg(*rt->engine);
+    if (u->mr != nullptr && dm != nullptr) ++dm->mrs;
+  }
+  if (u->mr == nullptr) {
+    delete u;
+    return nullptr;
+  }
+  u->dm = dm;
+  u->ibv.context = pd->context;
+  u->ibv.pd = pd;
+  u->ibv.addr = addr;
+  u->ibv.length = length;
+  u->ibv.handle = u->mr->key;
+  u->ibv.lkey = u->ibv.rkey = u->mr->key;
+  own(pd->context, &ContextState::mrs, u);
+  return &u->ibv;
+}
+
+/// Optional access bits (relaxed ordering and the like) may be ignored by any device.
+int required_access(unsigned int access) {
+  return static_cast<int>(access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE));
+}
+
+ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* ibv, uint64_t offset, size_t length,
+                     unsigned int access) {
+  auto* dm = reinterpret_cast<UDm*>(ibv);
+  if (pd->context != ibv->context || offset > dm->length || length > dm->length - offset) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // Zero-based: SGEs and peers address it from 0, and its ibv_mr's addr is null.
+  return new_mr(pd, nullptr, length, dm, [&](Engine& e) {
+    return e.reg_dm_mr(pd_of(pd), dm->mem + offset, length, required_access(access));
+  });
+}
+
+// ibv_advise_mr(3): prefetching on-demand MRs. Every page is the CPU's here, so PREFETCH and
+// PREFETCH_WRITE fault the range in (as the first access would) and PREFETCH_NO_FAULT, which
+// only shows the device what the CPU has, checks the range. Synchronous either way, so
+// IBV_ADVISE_MR_FLAG_FLUSH changes nothing.
+int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg,
+                 uint32_t num_sge) {
+  if ((flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) != 0 || sg == nullptr ||
+      num_sge == 0)
+    return EINVAL;
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+    return EOPNOTSUPP;
+  Runtime* rt = runtime_of(pd->context);
+  EngineLock lock(rt);
+  for (uint32_t i = 0; i < num_sge; ++i)
+    if (int e = rt->engine->advise_mr(pd_of(pd), advice, sg[i]); e != 0) return e;
+  return 0;
+}
+
 }  // namespace
 
 namespace uroce::verbs {
+void install_memory_ops(Context* ctx) {
+  ctx->vctx.alloc_dm = op_alloc_dm;
+  ctx->vctx.free_dm = free_dm;
+  ctx->vctx.reg_dm_mr = op_reg_dm_mr;
+  ctx->vctx.advise_mr = op_advise_mr;
+}
+
 void install_data_ops(ibv_context_ops* o) {
   o->poll_cq = op_poll_cq;
   o->req_notify_cq = op_req_notify_cq;
@@ -397,6 +563,7 @@ void destroy_context_objects(ContextState* s) {
   for (Ah* a : snapshot(s, &ContextState::ahs)) destroy_ah(&a->ibv);
   for (UMw* w : snapshot(s, &ContextState::mws)) dealloc_mw(&w->ibv);  // before their MRs
   for (UMr* m : snapshot(s, &ContextState::mrs)) dereg_mr(&m->ibv);
+  for (UDm* d : snapshot(s, &ContextState::dms)) free_dm(&d->ibv);  // after their MRs
   for (Cq* c : snapshot(s, &ContextState::cqs)) destroy_cq(&c->ibv, false);
   for (UPd* p : snapshot(s, &ContextState::pds))  // parent domains before their PDs
     if (p->parent_domain) dealloc_pd(&p->ibv);
@@ -509,30 +676,9 @@ extern "C" {
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                          unsigned int access) {
-  // Optional access bits (relaxed ordering and the like) may be ignored by any device.
-  const int acc = static_cast<int>(access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE));
-  Runtime* rt = runtime_of(pd->context);
-  auto* u = new (std::nothrow) UMr{};
-  if (u == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  {
-    EngineLock lock(rt);
-    u->mr = rt->engine->reg_mr_iova(pd_of(pd), addr, length, iova, acc);
-  }
-  if (u->mr == nullptr) {
-    delete u;
-    return nullptr;
-  }
-  u->ibv.context = pd->context;
-  u->ibv.pd = pd;
-  u->ibv.addr = addr;
-  u->ibv.length = length;
-  u->ibv.handle = u->mr->key;
-  u->ibv.lkey = u->ibv.rkey = u->mr->key;
-  own(pd->context, &ContextState::mrs, u);
-  return &u->ibv;
+  return new_mr(pd, addr, length, nullptr, [&](Engine& e) {
+    return e.reg_mr_iova(pd_of(pd), addr, length, iova, required_access(access));
+  });
 }
 
 ibv_mr* (ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
@@ -553,6 +699,10 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
       ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr == nullptr || length == 0)) ||
       (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
       ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || pd->context != mr->context))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if (reinterpret_cast<UMr*>(mr)->dm != nullptr) {  // device memory is not re-registered
     errno = EINVAL;
     return IBV_REREG_MR_ERR_INPUT;
   }

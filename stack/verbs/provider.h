@@ -99,6 +99,7 @@ struct Runtime {
   StatsShm* stats = nullptr;   // published counters (uroce stats), or null
   std::string stats_name;
   uint64_t stats_next = 0;     // under emu
+  std::atomic<uint64_t> dm_in_use{0};  // bytes of device memory allocated (ibv_alloc_dm)
   std::mutex notify_mu;
   std::vector<Cq*> armed;      // CQs armed with ibv_req_notify_cq (under notify_mu)
   std::mutex ctx_mu;
@@ -150,6 +151,7 @@ class EngineLock {
 struct UPd;
 struct UMr;
 struct UMw;
+struct UDm;
 struct UChannel;
 
 /// Per open context: its async event pipe and the objects made through it.
@@ -160,6 +162,7 @@ struct ContextState {
   std::unordered_set<UPd*> pds;
   std::unordered_set<UMr*> mrs;
   std::unordered_set<UMw*> mws;
+  std::unordered_set<UDm*> dms;
   std::unordered_set<UChannel*> channels;
   std::unordered_set<Cq*> cqs;
   std::unordered_set<Srq*> srqs;
@@ -189,6 +192,11 @@ void release_runtime(Runtime* rt);
 /// Fills the context's op table and extended ops (abi.cc, objects.cc).
 void install_ops(Context* ctx);
 void install_data_ops(ibv_context_ops* ops);
+/// Device memory and ibv_advise_mr (objects.cc).
+void install_memory_ops(Context* ctx);
+/// Device memory a uroce device offers (ibv_alloc_dm), emulated in host memory: the
+/// ConnectX-6's 256 KiB.
+inline constexpr uint64_t kDeviceMemoryBytes = 256 * 1024;
 /// create_cq_ex / create_qp_ex (ext.cc), and the ibv_wr_* builder a QP may own.
 void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);

@@ -347,6 +347,38 @@ TEST_F(HostilePeer, SendWithInvalidateCannotKillAPlainMr) {
   mr = nullptr;
 }
 
+TEST_F(HostilePeer, TheImplicitOnDemandKeyMeetsAClosedPageAsAnAccessError) {
+  // An implicit on-demand MR hands the peer an R_Key for the whole address space, as an
+  // RNIC's does. Where a page is not there (here PROT_NONE, the region's guard page after
+  // the last packet's first bytes), an RNIC's page fault fails and it NAKs; uroce must do
+  // the same, not fault itself. The responder checks the RETH's whole range at the first
+  // packet, so nothing of the message lands.
+  GuardedRegion region(4096);
+  mem::Mr* m = engine->reg_mr(pd, nullptr, SIZE_MAX, kAll | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(m, nullptr);
+  const std::vector<uint8_t> chunk(1024, 0x33);
+  const uint64_t va = region.va() + region.size() - 2048;  // half of it past the end
+  send(opcode::kRcWriteFirst, kEpsn, chunk, reth_at(va, m->key, 4096), false);
+  send(opcode::kRcWriteMiddle, kEpsn + 1, chunk, {}, false);
+  send(opcode::kRcWriteMiddle, kEpsn + 2, chunk, {}, false);
+  send(opcode::kRcWriteLast, kEpsn + 3, chunk);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(qp->state, IBV_QPS_ERR);
+  EXPECT_EQ(region.count(0x33), 0u);
+  // A READ of a closed page through the same key: a NAK, and no byte of it sent.
+  fresh_qp();
+  region.revoke();
+  send(opcode::kRcReadRequest, kEpsn, {}, reth_at(region.va(), m->key, 64));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  region.restore();
+  EXPECT_EQ(engine->dereg_mr(m), 0);
+}
+
 TEST_F(HostilePeer, AtomicOnAnUnalignedHostAddressIsRefused) {
   // ibv_reg_mr_iova2 maps an aligned iova onto a buffer that is not 8-byte aligned: the
   // peer's address is fine, ours is not, and an atomic there would not be atomic.

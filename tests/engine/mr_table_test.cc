@@ -318,13 +318,20 @@ TEST_F(Table, DeregInvalidatesTheKeyAtOnce) {
   EXPECT_EQ(pd.users, 1u);
 }
 
-// The engine's reg_mr on top: the access bits it refuses and the iova it uses.
-TEST(EngineRegMr, AccessFlagsAndIova) {
+/// An engine on one end of an in-memory link, with a PD: its registration verbs.
+struct EngineMr : ::testing::Test {
+  static EngineConfig config() {
+    EngineConfig cfg;
+    cfg.ipv4 = wire::Ipv4Addr{10, 0, 0, 1};
+    return cfg;
+  }
   drivers::MemLink link;
-  EngineConfig cfg;
-  cfg.ipv4 = wire::Ipv4Addr{10, 0, 0, 1};
-  Engine e(link.a(), cfg);
+  Engine e{link.a(), config()};
   Pd* pd = e.alloc_pd();
+};
+
+// The engine's reg_mr on top: the access bits it refuses and the iova it uses.
+TEST_F(EngineMr, AccessFlagsAndIova) {
   ASSERT_NE(pd, nullptr);
   std::vector<uint8_t> buf(256);
   errno = 0;
@@ -334,8 +341,11 @@ TEST(EngineRegMr, AccessFlagsAndIova) {
   EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ZERO_BASED), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   errno = 0;
-  EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ON_DEMAND), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ZERO_BASED | kLocal), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);  // only device memory's MRs are zero-based
+  errno = 0;
+  EXPECT_EQ(e.reg_mr(pd, buf.data(), buf.size(), 1 << 30), nullptr);
+  EXPECT_EQ(errno, EINVAL);  // no such access bit
   errno = 0;
   EXPECT_EQ(e.reg_mr(nullptr, buf.data(), buf.size(), kLocal), nullptr);
   EXPECT_EQ(errno, EINVAL);
@@ -347,6 +357,105 @@ TEST(EngineRegMr, AccessFlagsAndIova) {
   EXPECT_EQ(pd->users, 1u);
   EXPECT_EQ(e.dereg_mr(mr), 0);
   EXPECT_EQ(pd->users, 0u);
+}
+
+// On-demand paging: registration pins and checks nothing, every access faults its pages in
+// and is refused where a page cannot have the access it needs.
+struct Odp : Table {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  uint8_t* region = nullptr;  // two pages, PROT_NONE until a test opens them
+  void SetUp() override {
+    void* p = mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    region = static_cast<uint8_t*>(p);
+  }
+  void TearDown() override { munmap(region, 2 * page); }
+  uint64_t va(size_t off) const { return reinterpret_cast<uint64_t>(region) + off; }
+};
+
+TEST_F(Odp, RegistrationOfPagesNotYetAccessibleSucceedsAndEachAccessChecksThem) {
+  errno = 0;
+  EXPECT_EQ(t.reg(&pd, region, 2 * page, va(0), kAll), nullptr);  // pinned: refused now
+  EXPECT_EQ(errno, EFAULT);
+  Mr* mr = t.reg(&pd, region, 2 * page, va(0), kAll | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(mr, nullptr);
+  uint8_t* host = nullptr;
+  EXPECT_EQ(t.check(mr->key, &pd, va(0), 8, 0, &host), AccessError::kOutOfBounds);
+  EXPECT_EQ(host, nullptr);
+  ASSERT_EQ(mprotect(region, page, PROT_READ), 0);
+  EXPECT_EQ(t.check(mr->key, &pd, va(0), 8, 0, &host), AccessError::kOk);
+  EXPECT_EQ(host, region);
+  host = nullptr;
+  // A read-only page cannot take a WRITE, nor a READ that runs into the closed page.
+  EXPECT_EQ(t.check(mr->key, &pd, va(0), 8, kNeedRemoteWrite, &host),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(t.check(mr->key, &pd, va(page - 4), 8, kNeedRemoteRead, &host),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(host, nullptr);
+  ASSERT_EQ(mprotect(region, 2 * page, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(t.check_remote(mr->key, &pd, 1, va(page - 4), 8, kNeedRemoteWrite, &host),
+            AccessError::kOk);
+  EXPECT_EQ(host, region + page - 4);
+  // The MR's bounds hold as for any other.
+  EXPECT_EQ(t.check(mr->key, &pd, va(2 * page - 4), 8, 0, &host), AccessError::kOutOfBounds);
+}
+
+TEST_F(Odp, TheImplicitMrIsTheWholeAddressSpaceAndStillFaultChecked) {
+  errno = 0;
+  EXPECT_EQ(t.reg(&pd, nullptr, SIZE_MAX, 0, kAll), nullptr);  // only on demand
+  EXPECT_EQ(errno, EINVAL);
+  Mr* mr = t.reg(&pd, nullptr, SIZE_MAX, 0, kAll | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(mr, nullptr);
+  uint8_t* host = nullptr;
+  const uint64_t here = reinterpret_cast<uint64_t>(buf.data());
+  EXPECT_EQ(t.check(mr->key, &pd, here + 100, 64, kNeedRemoteWrite, &host), AccessError::kOk);
+  EXPECT_EQ(host, buf.data() + 100);
+  // A peer holding the implicit R_Key meets an unmapped page as a refusal, not a crash.
+  EXPECT_EQ(t.check_remote(mr->key, &pd, 1, va(0), 8, kNeedRemoteRead, &host),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(t.check(mr->key, &pd, kMax - 3, 8, 0, &host), AccessError::kOutOfBounds);
+  EXPECT_EQ(t.check(mr->key, &other, here, 8, 0, &host), AccessError::kPdMismatch);
+}
+
+TEST_F(EngineMr, PrefetchNeedsAnOnDemandMrOfThePdWithTheRightAccess) {
+  Pd* pd2 = e.alloc_pd();
+  ASSERT_NE(pd2, nullptr);
+  std::vector<uint8_t> buf(8192);
+  Mr* pinned = e.reg_mr(pd, buf.data(), buf.size(), kLocal);
+  Mr* odp = e.reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ON_DEMAND);  // read-only
+  Mr* odp_w = e.reg_mr(pd, buf.data(), buf.size(), kLocal | IBV_ACCESS_ON_DEMAND);
+  ASSERT_TRUE(pinned && odp && odp_w);
+  const uint64_t at = reinterpret_cast<uint64_t>(buf.data());
+  auto sge = [&](const Mr* mr, uint64_t off, uint32_t len) {
+    return ibv_sge{at + off, len, mr->key};
+  };
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, sge(odp, 0, 8192)), 0);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, sge(odp_w, 100, 50)), 0);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, sge(odp, 4096, 4096)), 0);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, sge(pinned, 0, 8)), EINVAL);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, sge(odp, 0, 8)), EPERM);
+  EXPECT_EQ(e.advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH, sge(odp, 0, 8)), EPERM);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, sge(odp, 8190, 8)), EFAULT);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, sge(odp, 8190, 8)), EFAULT);
+  ibv_sge stale = sge(odp, 0, 8);
+  ASSERT_EQ(e.dereg_mr(odp), 0);
+  EXPECT_EQ(e.advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, stale), EFAULT);
+}
+
+// Device memory's MRs (ibv_reg_dm_mr): zero-based, and only so.
+TEST_F(EngineMr, DeviceMemoryMrsAreZeroBasedOnly) {
+  std::vector<uint8_t> dm(1024);
+  errno = 0;
+  EXPECT_EQ(e.reg_dm_mr(pd, dm.data(), 512, kLocal), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(e.reg_dm_mr(pd, dm.data(), 512, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND),
+            nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  Mr* mr = e.reg_dm_mr(pd, dm.data() + 256, 512, IBV_ACCESS_ZERO_BASED | kAll);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(mr->iova, 0u);
+  EXPECT_EQ(mr->host, dm.data() + 256);
 }
 
 }  // namespace

@@ -13,8 +13,18 @@ suite=/usr/share/doc/rdma-core/tests
 [ -f "$suite/run_tests.py" ] || { echo "SKIP: python3-pyverbs (its test suite) not installed"; exit 77; }
 ns=upv$$
 dir=$(mktemp -d)
-cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$dir"; }
+# The suite's huge-page tests (on-demand MRs and parent domains on 2 MiB pages) want some
+# reserved: 32 for the run, given back after it (a machine that has its own keeps them).
+huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+huge_before=$(cat "$huge" 2>/dev/null || echo "")
+cleanup() {
+  ip netns del "$ns" 2>/dev/null || true; rm -rf "$dir"
+  [ -z "$huge_before" ] || echo "$huge_before" > "$huge" 2>/dev/null || true
+}
 trap cleanup EXIT
+if [ -n "$huge_before" ] && [ "$(cat ${huge%nr_hugepages}free_hugepages)" -lt 32 ]; then
+  echo $((huge_before + 32)) > "$huge" 2>/dev/null || true
+fi
 . "$(dirname "$0")/../../tools/lib/netns.sh"
 veth_ns "$ns" 10.94.0.1/24
 # The suite as Debian ships it, some files gzipped: a copy to run (nothing in it is changed).
