@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "wire/bth.h"
 #include "wire/cm.h"
 
 namespace uroce::cm {
@@ -290,6 +291,31 @@ int ConnectionManager::resolve_route(uint64_t handle) {
   }
   set_state(*id, State::kRouteResolved);
   emit(*id, kRouteResolved, 0);
+  return 0;
+}
+
+int ConnectionManager::join_multicast(uint64_t handle, const wire::Gid& group) {
+  Id* id = find(handle);
+  if (id == nullptr || id->type != IBV_QPT_UD || !wire::is_multicast_gid(group)) return EINVAL;
+  if (id->state != State::kIdle && id->state != State::kAddrResolved &&
+      id->state != State::kRouteResolved)
+    return EINVAL;
+  const int sgid = engine_.gid_index(id->src.ip);
+  if (!id->bound || sgid < 0) return EINVAL;  // no local address on this device
+  if (id->src.ipv6() != !wire::is_ipv4_mapped(group)) return EAFNOSUPPORT;
+  Event e;
+  e.handle = id->handle;
+  e.type = kMulticastJoin;
+  e.param.qp_num = wire::kMulticastQpn;
+  e.param.qkey = kRdmaUdpQkey;
+  e.src = id->src;
+  e.dst = Endpoint{group, 0};
+  e.ah.is_global = 1;
+  e.ah.port_num = 1;
+  std::memcpy(e.ah.grh.dgid.raw, group.data(), 16);
+  e.ah.grh.sgid_index = static_cast<uint8_t>(sgid);
+  e.ah.grh.hop_limit = 64;
+  sink_(e);
   return 0;
 }
 

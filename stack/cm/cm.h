@@ -44,6 +44,7 @@ enum EventType : int {
   kEstablished = 9,
   kDisconnected = 10,
   kTimewaitExit = 15,
+  kMulticastJoin = 12,
 };
 
 /// An IP endpoint: an IPv4-mapped GID or an IPv6 address, and a port (host order).
@@ -139,6 +140,13 @@ class ConnectionManager {
   /// ADDR_RESOLVED once `dst`'s MAC is known (ADDR_ERROR after timeout_ms).
   int resolve_addr(uint64_t handle, const Endpoint& src, const Endpoint& dst, int timeout_ms);
   int resolve_route(uint64_t handle);
+  /// rdma_join_multicast: a UD id with a local address on this device (bound, or resolved,
+  /// to `group` itself as mckey does) joins multicast group `group`: kMulticastJoin at once
+  /// (RoCE has no subnet manager to ask) with the group's address — dgid the group, hop
+  /// limit 64, as the kernel's CM gives for RoCEv2 — DestQP 0xFFFFFF and the id's Q_Key.
+  /// EINVAL for another id or a group that is not multicast; EAFNOSUPPORT for a group of the
+  /// other family.
+  int join_multicast(uint64_t handle, const wire::Gid& group);
   int listen(uint64_t handle, int backlog);
   /// Sends REQ (RC/UC) or SIDR_REQ (UD), its starting PSN (our first receive PSN) random.
   int connect(uint64_t handle, const ConnParam& p, const uint8_t* pdata, uint8_t len);

@@ -29,6 +29,7 @@ namespace uroce {
   X(rx_drop_bad_qkey, "UD Q_Key does not match the QP's Q_Key")                         \
   X(rx_drop_bad_src, "RC/UC packet from an address other than the QP's peer")           \
   X(rx_drop_ud_no_recv, "UD datagram dropped: no receive WQE posted")                   \
+  X(rx_mcast, "multicast datagrams handed to an attached QP (one per QP)")              \
   X(rx_drop_uc_msg, "UC packets dropped (PSN gap, no receive WQE or bad access)")       \
   X(rx_drop_unexpected_resp, "response or ACK that matches no outstanding request")     \
   X(rx_drop_cnp, "congestion notification packets (counted, no rate control yet)")      \

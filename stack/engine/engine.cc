@@ -104,6 +104,9 @@ void Engine::query_device(ibv_device_attr* a) const {
   a->max_srq = static_cast<int>(cfg_.max_srq);
   a->max_srq_wr = static_cast<int>(cfg_.max_srq_wr);
   a->max_srq_sge = static_cast<int>(cfg_.max_sge);
+  a->max_mcast_grp = static_cast<int>(cfg_.max_mcast_grp);
+  a->max_mcast_qp_attach = static_cast<int>(cfg_.max_mcast_qp_attach);
+  a->max_total_mcast_qp_attach = a->max_mcast_grp * a->max_mcast_qp_attach;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
@@ -169,6 +172,11 @@ bool Engine::resolve_path(const ibv_ah_attr& ah, Path* path) const {
   p.hop_limit = ah.grh.hop_limit > 1 ? ah.grh.hop_limit : 64;
   p.flow_label = ah.grh.flow_label;
   p.sl = ah.sl;
+  if (is_multicast_gid(p.dgid)) {  // a group: its MAC, no neighbour to ask
+    p.dmac = multicast_mac(p.dgid);
+    *path = p;
+    return true;
+  }
   // Our own address: loop back.
   for (const Gid& g : gids_) {
     if (g == p.dgid) {
@@ -301,6 +309,8 @@ void Engine::receive(Frame* f) {
       counters_.inc(Counter::rx_drop_malformed);
       counters_.inc(e);
     }
+  } else if (is_multicast_gid(p.hdr.ipv6 ? p.hdr.ip6.dst : ipv4_mapped_gid(p.hdr.ip4.dst))) {
+    mcast_receive(p);
   } else if (validate(p, &qp)) {
     counters_.inc(Counter::rx_roce);
     if (qp->type == IBV_QPT_UD) {

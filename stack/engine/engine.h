@@ -23,6 +23,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +56,8 @@ struct EngineConfig {
   uint32_t max_srq = 1024;
   uint32_t max_srq_wr = 16384;
   uint32_t max_ah = 1u << 16;
+  uint32_t max_mcast_grp = 8192;       // multicast groups with a QP attached (rxe's limits)
+  uint32_t max_mcast_qp_attach = 56;   // QPs attached to one group
   uint8_t max_rd_atomic = kMaxRdAtomic;  // per QP, each direction (at most kMaxRdAtomic)
   uint32_t tx_window = 512;    // unacknowledged packets per RC QP
   uint32_t qp_budget = 64;     // packets a QP may send per poll
@@ -177,6 +180,16 @@ class Engine {
   int query_qp(const Qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
   int destroy_qp(Qp* qp);
   Qp* qp_by_num(uint32_t qpn);
+  /// ibv_attach_mcast(3) / ibv_detach_mcast(3): UD QP `qp` receives, or no longer, the
+  /// datagrams sent to multicast group `gid` (DQPN 0xFFFFFF; its Q_Key is checked as for any
+  /// UD datagram). 0 or the errno: EINVAL (not a UD QP, not a multicast GID; detach: not
+  /// attached), ENOMEM (max_mcast_grp groups, or max_mcast_qp_attach QPs in the group).
+  /// Attaching twice is one attachment. Destroying a QP detaches it.
+  int attach_mcast(Qp* qp, const wire::Gid& gid);
+  int detach_mcast(Qp* qp, const wire::Gid& gid);
+  /// Called when a group gets its first QP (true) or loses its last (false): the provider
+  /// joins the group on the interface then (IGMP / MLD), as the kernel does for rdma_rxe.
+  void on_group_change(std::function<void(const wire::Gid&, bool)> f) { group_change_ = std::move(f); }
 
   // ---- Data path (thread-safe: see the top of this file) ------------------------------------
   /// all_or_none: check the whole chain (and the room in the SQ) before posting any of it, as
@@ -309,6 +322,7 @@ class Engine {
   // responder.cc
   void responder(Qp* qp, const wire::ParsedPacket& p);
   void ud_receive(Qp* qp, const wire::ParsedPacket& p);
+  void mcast_receive(const wire::ParsedPacket& p);
   void execute_request(Qp* qp, const wire::ParsedPacket& p);
   void duplicate_request(Qp* qp, const wire::ParsedPacket& p);
   bool take_rwqe(Qp* qp);
@@ -341,6 +355,12 @@ class Engine {
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<std::unique_ptr<Ah>> ahs_;
+  struct McGroup {
+    wire::Gid gid{};
+    std::vector<Qp*> qps;  // attached, in attach order
+  };
+  std::vector<McGroup> mcast_;  // groups with at least one QP attached
+  std::function<void(const wire::Gid&, bool)> group_change_;
   std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - cfg_.first_qpn
   size_t qp_count_ = 0;                   // live QPs (at most max_qp)
   bool link_up_ = true;

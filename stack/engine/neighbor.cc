@@ -57,6 +57,10 @@ NeighborState Engine::neighbor_state(const Gid& ip, MacAddr* mac) {
     *mac = mac_;
     return NeighborState::kReachable;
   }
+  if (is_multicast_gid(ip)) {  // a group: nobody to ask
+    *mac = multicast_mac(ip);
+    return NeighborState::kReachable;
+  }
   Neighbor* n = find_neighbor(ip);
   if (n == nullptr) return NeighborState::kFailed;
   if (n->state == NeighborState::kReachable) *mac = n->mac;
@@ -66,6 +70,10 @@ NeighborState Engine::neighbor_state(const Gid& ip, MacAddr* mac) {
 NeighborState Engine::resolve(const Gid& ip, MacAddr* mac) {
   if (std::find(gids_.begin(), gids_.end(), ip) != gids_.end()) {
     *mac = mac_;  // ourselves: loopback
+    return NeighborState::kReachable;
+  }
+  if (is_multicast_gid(ip)) {  // a group: its MAC, no ARP
+    *mac = multicast_mac(ip);
     return NeighborState::kReachable;
   }
   Neighbor* n = find_neighbor(ip);

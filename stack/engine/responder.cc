@@ -612,4 +612,38 @@ void Engine::ud_receive(Qp* qp, const ParsedPacket& p) {
   complete_recv(qp, p, IBV_WC_SUCCESS);
 }
 
+// A datagram for a multicast group (IBA 10.5: DQPN 0xFFFFFF, a UD SEND): a copy for every QP
+// of this device attached to the group that can receive it, each checking its own Q_Key.
+void Engine::mcast_receive(const ParsedPacket& p) {
+  const RoceHeaders& h = p.hdr;
+  const Gid group = h.ipv6 ? h.ip6.dst : ipv4_mapped_gid(h.ip4.dst);
+  auto g = std::find_if(mcast_.begin(), mcast_.end(),
+                        [&](const McGroup& m) { return m.gid == group; });
+  if (g == mcast_.end() || h.eth.dst != multicast_mac(group)) {
+    counters_.inc(Counter::rx_drop_wrong_dst);  // a group nobody here joined
+    return;
+  }
+  if (p.info->transport != Transport::kUd || h.bth.dest_qp != kMulticastQpn) {
+    counters_.inc(Counter::rx_drop_qp_type);  // only UD datagrams are multicast
+    return;
+  }
+  const uint16_t mine = 0xFFFF;
+  if ((h.bth.pkey & 0x7FFF) != (mine & 0x7FFF) || ((h.bth.pkey | mine) & 0x8000) == 0) {
+    counters_.inc(Counter::rx_drop_bad_pkey);
+    return;
+  }
+  counters_.inc(Counter::rx_roce);
+  for (Qp* qp : g->qps) {
+    if (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
+        qp->state != IBV_QPS_SQE) {
+      counters_.inc(Counter::rx_drop_qp_state);
+    } else if (h.ext.deth.qkey != qp->qkey) {
+      counters_.inc(Counter::rx_drop_bad_qkey);
+    } else {
+      counters_.inc(Counter::rx_mcast);
+      ud_receive(qp, p);
+    }
+  }
+}
+
 }  // namespace uroce

@@ -447,12 +447,42 @@ int Engine::destroy_qp(Qp* qp) {
   clean_cq(qp->send_cq, qp->qpn);
   if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
   mrs_.release_qp(qp->qpn);  // its type 2 windows: no later QP may use them
+  for (size_t i = mcast_.size(); i-- > 0;) detach_mcast(qp, mcast_[i].gid);
   --qp->pd->users;
   --qp->send_cq->users;
   --qp->recv_cq->users;
   if (qp->srq != nullptr) --qp->srq->users;
   qps_[qp->qpn - cfg_.first_qpn].reset();
   --qp_count_;
+  return 0;
+}
+
+int Engine::attach_mcast(Qp* qp, const Gid& gid) {
+  if (qp == nullptr || qp_by_num(qp->qpn) != qp || qp->type != IBV_QPT_UD ||
+      !is_multicast_gid(gid))
+    return EINVAL;
+  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McGroup& m) { return m.gid == gid; });
+  if (g == mcast_.end()) {
+    if (mcast_.size() >= cfg_.max_mcast_grp) return ENOMEM;
+    g = mcast_.insert(mcast_.end(), McGroup{gid, {}});
+    if (group_change_) group_change_(gid, true);
+  }
+  if (std::find(g->qps.begin(), g->qps.end(), qp) != g->qps.end()) return 0;  // already
+  if (g->qps.size() >= cfg_.max_mcast_qp_attach) return ENOMEM;
+  g->qps.push_back(qp);
+  return 0;
+}
+
+int Engine::detach_mcast(Qp* qp, const Gid& gid) {
+  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McGroup& m) { return m.gid == gid; });
+  if (qp == nullptr || g == mcast_.end()) return EINVAL;
+  auto q = std::find(g->qps.begin(), g->qps.end(), qp);
+  if (q == g->qps.end()) return EINVAL;
+  g->qps.erase(q);
+  if (g->qps.empty()) {
+    mcast_.erase(g);
+    if (group_change_) group_change_(gid, false);
+  }
   return 0;
 }
 

@@ -5,7 +5,7 @@
 // synchronous mode (an id without a channel), rdma_getaddrinfo and rdma_create_ep. The
 // kernel's rdma_ucm part (ports, MADs, timers) is the provider's.
 //
-// Not supported (EOPNOTSUPP): multicast, ECE, rsockets.
+// Not supported (EOPNOTSUPP): ECE, rsockets.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
@@ -26,6 +26,15 @@
 
 namespace {
 
+/// A multicast group an id joined (rdma_join_multicast).
+struct McPriv {
+  sockaddr_storage addr{};
+  ibv_gid mgid{};           // the group's GID: ::ffff:a.b.c.d, or the IPv6 address
+  void* context = nullptr;  // handed back in the JOIN event's private_data
+  bool sendonly = false;    // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: no QP attached
+  bool attached = false;    // the id's QP was attached when the JOIN event was read
+};
+
 struct IdPriv {
   rdma_cm_id id{};  // first: an rdma_cm_id* converts back
   uint64_t handle = 0;
@@ -40,6 +49,7 @@ struct IdPriv {
   bool has_qp_init = false;
   bool own_pd = false;
   bool own_cqs = false;
+  std::vector<McPriv> mcs;  // under mu
 };
 
 struct EventPriv {
@@ -108,23 +118,33 @@ __be16 port_of(const sockaddr* sa) {  // network order, 0 for no address
   return 0;
 }
 
+/// The GID of an IP address: IPv4 as ::ffff:a.b.c.d.
+ibv_gid gid_of(const sockaddr* sa) {
+  ibv_gid g{};
+  if (sa->sa_family == AF_INET) {
+    g.raw[10] = g.raw[11] = 0xff;
+    std::memcpy(&g.raw[12], &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, 4);
+  } else if (sa->sa_family == AF_INET6) {
+    std::memcpy(g.raw, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, 16);
+  }
+  return g;
+}
+
+/// The group `p` joined at address `sa` (its port aside), or end().
+std::vector<McPriv>::iterator find_mc(IdPriv* p, const sockaddr* sa) {
+  const ibv_gid g = gid_of(sa);
+  return std::find_if(p->mcs.begin(), p->mcs.end(), [&](const McPriv& m) {
+    return m.addr.ss_family == sa->sa_family && std::memcmp(m.mgid.raw, g.raw, 16) == 0;
+  });
+}
+
 socklen_t sa_len(const sockaddr* sa) {
   return sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
 void set_ibaddr(rdma_cm_id* id) {
-  // The GIDs of the two addresses (IPv4 as ::ffff:a.b.c.d).
-  auto gid_of = [](const sockaddr* sa, ibv_gid* g) {
-    std::memset(g, 0, sizeof *g);
-    if (sa->sa_family == AF_INET) {
-      g->raw[10] = g->raw[11] = 0xff;
-      std::memcpy(&g->raw[12], &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, 4);
-    } else if (sa->sa_family == AF_INET6) {
-      std::memcpy(g->raw, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, 16);
-    }
-  };
-  gid_of(&id->route.addr.src_addr, &id->route.addr.addr.ibaddr.sgid);
-  gid_of(&id->route.addr.dst_addr, &id->route.addr.addr.ibaddr.dgid);
+  id->route.addr.addr.ibaddr.sgid = gid_of(&id->route.addr.src_addr);
+  id->route.addr.addr.ibaddr.dgid = gid_of(&id->route.addr.dst_addr);
   id->route.addr.addr.ibaddr.pkey = htons(0xFFFF);
 }
 
@@ -197,6 +217,24 @@ void device_depths(ibv_context* verbs, uint8_t* init_depth, uint8_t* resp_res) {
   if (verbs == nullptr || ibv_query_device(verbs, &a) != 0) return;
   *init_depth = static_cast<uint8_t>(std::min<int>(*init_depth, a.max_qp_init_rd_atom));
   *resp_res = static_cast<uint8_t>(std::min<int>(*resp_res, a.max_qp_rd_atom));
+}
+
+/// The JOIN event of a group is being read: as librdmacm, the id's QP is attached to it now
+/// (unless the join was send-only), and the event carries the join's context. An attach that
+/// fails turns it into MULTICAST_ERROR.
+void joined(IdPriv* p, rdma_cm_event* ev, const sockaddr_storage* group) {
+  std::lock_guard<std::mutex> lock(p->mu);
+  auto m = find_mc(p, reinterpret_cast<const sockaddr*>(group));
+  if (m == p->mcs.end()) return;  // left meanwhile
+  ev->param.ud.private_data = m->context;
+  ev->param.ud.private_data_len = 0;
+  if (p->id.qp == nullptr || m->sendonly || m->attached) return;
+  if (int r = ibv_attach_mcast(p->id.qp, &m->mgid, 0); r != 0) {
+    ev->event = RDMA_CM_EVENT_MULTICAST_ERROR;
+    ev->status = -r;
+    return;
+  }
+  m->attached = true;
 }
 
 /// Synchronous ids: waits for the event a call started, acknowledges it; 0 if it is `want`.
@@ -275,6 +313,8 @@ int rdma_destroy_id(rdma_cm_id* id) {
     std::unique_lock<std::mutex> lock(p->mu);
     p->cv.wait(lock, [p] { return p->events_acked >= p->events_got; });
   }
+  for (const McPriv& m : p->mcs)  // groups not left: the QP leaves them with the id
+    if (m.attached && id->qp != nullptr) ibv_detach_mcast(id->qp, &m.mgid, 0);
   uroce_cm_destroy_id(p->handle);
   if (p->sync) rdma_destroy_event_channel(id->channel);
   delete p;
@@ -615,6 +655,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       ev.param.ud.ah_attr = rec.ah_attr;
       ev.param.ud.qp_num = rec.param.qp_num;
       ev.param.ud.qkey = rec.param.qkey;
+      if (rec.event == RDMA_CM_EVENT_MULTICAST_JOIN) joined(p, &ev, &rec.dst);
     } else {
       ev.param.conn.private_data = rec.private_data_len > 0 ? e->pdata : nullptr;
       ev.param.conn.private_data_len = rec.private_data_len;
@@ -915,11 +956,59 @@ void rdma_destroy_srq(rdma_cm_id* id) {
   id->srq = nullptr;
 }
 
-int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return fail(EOPNOTSUPP); }
-int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
-  return fail(EOPNOTSUPP);
+// ---- Multicast: UD datagrams to a group (RoCEv2: an IPv4 or IPv6 multicast address) ---------
+
+int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context) {
+  constexpr uint32_t kNeeded = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  if (id == nullptr || attr == nullptr || (attr->comp_mask & kNeeded) != kNeeded ||
+      attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED || attr->addr == nullptr ||
+      (attr->addr->sa_family != AF_INET && attr->addr->sa_family != AF_INET6))
+    return fail(EINVAL);
+  IdPriv* p = priv(id);
+  McPriv m;
+  std::memcpy(&m.addr, attr->addr, sa_len(attr->addr));
+  m.mgid = gid_of(attr->addr);
+  m.context = context;
+  m.sendonly = attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->mcs.push_back(m);
+  }
+  if (int r = uroce_cm_join_multicast(p->handle, attr->addr); r != 0) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->mcs.pop_back();
+    return fail(r);
+  }
+  return p->sync ? sync_wait(id, RDMA_CM_EVENT_MULTICAST_JOIN) : 0;
 }
-int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return fail(EOPNOTSUPP); }
+
+int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
+  rdma_cm_join_mc_attr_ex attr{};
+  attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  attr.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER;
+  attr.addr = addr;
+  return rdma_join_multicast_ex(id, &attr, context);
+}
+
+int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
+  if (id == nullptr || addr == nullptr) return fail(EINVAL);
+  IdPriv* p = priv(id);
+  McPriv m;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    auto it = find_mc(p, addr);
+    if (it == p->mcs.end()) return fail(EADDRNOTAVAIL);
+    m = *it;
+    p->mcs.erase(it);
+  }
+  // The last QP of the device to leave also leaves the group on the interface (IGMP / MLD).
+  if (m.attached && id->qp != nullptr) ibv_detach_mcast(id->qp, &m.mgid, 0);
+  return 0;
+}
+
+
+// ---- Not supported: ECE ------------------------------------------------------------------------
+
 int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
 int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
 

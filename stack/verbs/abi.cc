@@ -290,10 +290,24 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   return not_supported<ibv_mr>();
 }
 int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
-// ---- Not supported: multicast, importing objects, ECE, dmabuf, kernel ABI copies -----------
+// ---- Multicast (ibv_attach_mcast(3)): a UD QP joins a group; `lid` means nothing on RoCE ----
 
-int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+namespace {
+int mcast(ibv_qp* qp, const ibv_gid* gid, bool attach) {
+  if (qp == nullptr || gid == nullptr) return EINVAL;
+  wire::Gid g;
+  std::memcpy(g.data(), gid->raw, 16);
+  Runtime* rt = runtime_of(qp->context);
+  EngineLock lock(rt);
+  return attach ? rt->engine->attach_mcast(to_qp(qp), g) : rt->engine->detach_mcast(to_qp(qp), g);
+}
+}  // namespace
+
+int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) { return mcast(qp, gid, true); }
+int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) { return mcast(qp, gid, false); }
+
+// ---- Not supported: importing objects, ECE, dmabuf, kernel ABI copies ----------------------
+
 ibv_context* ibv_import_device(int) { return not_supported<ibv_context>(); }
 ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return not_supported<ibv_pd>(); }
 void ibv_unimport_pd(ibv_pd*) {}

@@ -495,6 +495,12 @@ int uroce_cm_resolve_route(uint64_t h) {
   return on_device(h, [h](cm::ConnectionManager* c) { return c->resolve_route(h); });
 }
 
+int uroce_cm_join_multicast(uint64_t h, const sockaddr* group) {
+  cm::Endpoint g;
+  if (!to_endpoint(group, &g)) return EAFNOSUPPORT;
+  return on_device(h, [&](cm::ConnectionManager* c) { return c->join_multicast(h, g.ip); });
+}
+
 namespace {
 int listen_on(uint64_t h, ibv_context** devs, int n, int backlog) {
   IdRec rec;

@@ -108,6 +108,11 @@ struct Runtime {
   /// Tells the engine when the interface went down or up, or changed its MTU (under emu).
   /// `initial`: at open, the state as it is, no event.
   void watch_link(uint64_t now, bool initial = false);
+  /// Joins (or leaves) multicast group `g` on the interface through the kernel, as rdma_rxe
+  /// has the kernel do: the kernel sends the IGMP / MLD reports that tell switches doing
+  /// IGMP snooping to forward the group here (the port itself takes every multicast frame).
+  /// Best effort, on the quiet sockets (under emu: the engine calls it).
+  void kernel_membership(const wire::Gid& g, bool join);
   /// Runs one engine pass unless another thread is running one: returns false then. With
   /// `posted`, new work is waiting: if the engine is busy, its holder runs another pass
   /// before letting go, so the work is never left behind.

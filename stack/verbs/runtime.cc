@@ -356,6 +356,28 @@ void say_goodbye(Runtime* rt) {
   if (rt->fault) static_cast<drivers::FaultInjector*>(rt->fault.get())->flush(now_ns());
 }
 
+}  // namespace
+
+void Runtime::kernel_membership(const wire::Gid& g, bool join) {
+  const unsigned ifindex = link_iface.empty() ? 0 : if_nametoindex(link_iface.c_str());
+  if (wire::is_ipv4_mapped(g)) {
+    if (quiet_fd < 0) return;
+    ip_mreqn m{};
+    std::memcpy(&m.imr_multiaddr, g.data() + 12, 4);
+    m.imr_ifindex = static_cast<int>(ifindex);
+    setsockopt(quiet_fd, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m, sizeof m);
+  } else {
+    if (quiet6_fd < 0) return;
+    ipv6_mreq m{};
+    std::memcpy(&m.ipv6mr_multiaddr, g.data(), 16);
+    m.ipv6mr_interface = ifindex;
+    setsockopt(quiet6_fd, IPPROTO_IPV6, join ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP, &m,
+               sizeof m);
+  }
+}
+
+namespace {
+
 /// Stops the runtime's thread and releases everything it holds (registry lock held or the
 /// runtime unreachable).
 void teardown(Runtime* rt) {
@@ -438,6 +460,8 @@ Runtime* open_runtime(Device* d) {
   ec.qpn_span = kQpnBlock;
   ec.max_qp = kMaxQp;
   rt->engine = std::make_unique<Engine>(*port, ec);
+  rt->engine->on_group_change(
+      [r = rt.get()](const wire::Gid& g, bool join) { r->kernel_membership(g, join); });
   rt->engine->poll(now_ns());  // its clock runs from now: what it sends before the progress
                                // thread's first pass (an ARP) is stamped with the right time
   rt->engine_port = port;

@@ -52,6 +52,8 @@ int uroce_cm_resolve_addr(uint64_t h, struct ibv_context **devs, int n,
                           int timeout_ms, struct sockaddr_storage *bound,
                           struct ibv_context **verbs);
 int uroce_cm_resolve_route(uint64_t h);
+/* rdma_join_multicast: RDMA_CM_EVENT_MULTICAST_JOIN follows, its `dst` the group. */
+int uroce_cm_join_multicast(uint64_t h, const struct sockaddr *group);
 int uroce_cm_listen(uint64_t h, struct ibv_context **devs, int n, int backlog);
 int uroce_cm_connect(uint64_t h, const struct uroce_cm_param *p, const void *pdata,
                      uint8_t len);

@@ -72,4 +72,14 @@ bool is_ipv4_mapped(const Gid& g) {
   return g[10] == 0xff && g[11] == 0xff;
 }
 
+bool is_multicast_gid(const Gid& g) {
+  return is_ipv4_mapped(g) ? (g[12] & 0xF0) == 0xE0 : g[0] == 0xFF;
+}
+
+MacAddr multicast_mac(const Gid& g) {
+  if (is_ipv4_mapped(g))
+    return MacAddr{0x01, 0x00, 0x5e, static_cast<uint8_t>(g[13] & 0x7F), g[14], g[15]};
+  return MacAddr{0x33, 0x33, g[12], g[13], g[14], g[15]};
+}
+
 }  // namespace uroce::wire

@@ -27,5 +27,10 @@ std::optional<Ipv6Addr> parse_ipv6(std::string_view s);
 /// ::ffff:a.b.c.d — the GID of a RoCEv2 IPv4 address.
 Gid ipv4_mapped_gid(const Ipv4Addr& a);
 bool is_ipv4_mapped(const Gid& g);
+/// A multicast group's GID: IPv4-mapped 224.0.0.0/4, or IPv6 ff00::/8.
+bool is_multicast_gid(const Gid& g);
+/// Where a multicast group's frames go on Ethernet: 01:00:5e and the low 23 bits of the IPv4
+/// address (RFC 1112), 33:33 and the low 32 bits of the IPv6 one (RFC 2464).
+MacAddr multicast_mac(const Gid& g);
 
 }  // namespace uroce::wire

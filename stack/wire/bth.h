@@ -14,6 +14,9 @@
 
 namespace uroce::wire {
 
+/// The DestQP of a datagram sent to a multicast group (IBA 10.5).
+inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;
+
 class BthView {
  public:
   static constexpr size_t kLen = 12;

@@ -158,6 +158,128 @@ TEST(Ud, LoopbackBetweenTwoQpsOfOneDevice) {
   EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 40));
 }
 
+// ---- Multicast (ibv_attach_mcast) ---------------------------------------------------------------
+
+/// Side B with four UD QPs, a receive posted on each: 0 and 1 attached to group 239.1.2.3
+/// with the group's Q_Key, 2 attached with another Q_Key, 3 not attached. Side A sends to the
+/// group.
+struct McastGroup {
+  McastGroup() {
+    QpOptions o;
+    o.type = IBV_QPT_UD;
+    qa = make_qp(p.a, o);
+    EXPECT_EQ(connect_qp(p.a, qa, 0, kIpB, o, kQkey), 0);
+    for (int i = 0; i < 4; ++i) {
+      qb[i] = make_qp(p.b, o);
+      EXPECT_EQ(connect_qp(p.b, qb[i], 0, kIpA, o, i == 2 ? kQkey + 1 : kQkey), 0);
+      if (i < 3) {
+        EXPECT_EQ(p.b.engine->attach_mcast(qb[i], group), 0);
+      }
+    }
+    ibv_ah_attr ah{};
+    ah.is_global = 1;
+    ah.port_num = 1;
+    ah.grh.sgid_index = 1;
+    std::memcpy(ah.grh.dgid.raw, group.data(), 16);
+    to_group = p.a.engine->create_ah(p.a.pd, &ah);  // no neighbour to resolve: the group's MAC
+    EXPECT_NE(to_group, nullptr);
+    smr = p.a.reg(src, kAll);
+    dmr = p.b.reg(dst, kAll);
+    for (int i = 0; i < 4; ++i) post_recv(i);
+  }
+  void post_recv(int i) {
+    ibv_sge r{reinterpret_cast<uint64_t>(dst.data()) + 512 * i, 512, dmr->key};
+    ibv_recv_wr rw{};
+    rw.wr_id = static_cast<uint64_t>(i);
+    rw.sg_list = &r;
+    rw.num_sge = 1;
+    ASSERT_EQ(p.b.engine->post_recv(qb[i], &rw, nullptr), 0);
+  }
+  /// Sends one datagram to the group (DQPN 0xFFFFFF unless `qpn`) and returns the wr_ids of
+  /// the receive completions B got.
+  std::vector<uint64_t> send(uint32_t qpn = wire::kMulticastQpn) {
+    ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 200, smr->key};
+    ibv_send_wr w = ud_wr(1, &s, to_group, qpn, kQkey);
+    EXPECT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+    p.run_until([] { return false; }, 1'000'000);
+    EXPECT_EQ(drain(p.a).size(), 1u);
+    std::vector<uint64_t> got;
+    for (const ibv_wc& wc : drain(p.b)) {
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      EXPECT_EQ(wc.src_qp, qa->qpn);
+      got.push_back(wc.wr_id);
+    }
+    return got;
+  }
+  uint64_t count(Counter c) const { return p.b.engine->counters()[c]; }
+  const wire::Gid group = wire::ipv4_mapped_gid({239, 1, 2, 3});
+  Pair p;
+  Qp* qa = nullptr;
+  Qp* qb[4] = {};
+  Ah* to_group = nullptr;
+  std::vector<uint8_t> src = std::vector<uint8_t>(200, 0x5A), dst = std::vector<uint8_t>(2048, 0);
+  mem::Mr* smr = nullptr;
+  mem::Mr* dmr = nullptr;
+};
+
+TEST(Multicast, AGroupDatagramReachesEveryAttachedQpWithTheGroupsQkeyOnly) {
+  McastGroup m;
+  EXPECT_EQ(m.to_group->path.dmac, (wire::MacAddr{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}));
+  EXPECT_EQ(m.send(), (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(m.count(Counter::rx_mcast), 2u);
+  EXPECT_EQ(m.count(Counter::rx_drop_bad_qkey), 1u);  // QP 2: attached, another Q_Key
+  EXPECT_EQ(m.dst[40], 0x5A);                          // behind the GRH, as any datagram
+  EXPECT_EQ(m.dst[512 + 40], 0x5A);
+  EXPECT_EQ(m.dst[3 * 512 + 40], 0);                   // QP 3 never joined
+  // A detached QP hears nothing more; the last one out ends the group.
+  m.post_recv(0);
+  m.post_recv(1);
+  ASSERT_EQ(m.p.b.engine->detach_mcast(m.qb[1], m.group), 0);
+  EXPECT_EQ(m.send(), (std::vector<uint64_t>{0}));
+  ASSERT_EQ(m.p.b.engine->detach_mcast(m.qb[0], m.group), 0);
+  ASSERT_EQ(m.p.b.engine->destroy_qp(m.qb[2]), 0);  // destroying detaches
+  m.post_recv(0);
+  const uint64_t wrong_dst = m.count(Counter::rx_drop_wrong_dst);
+  EXPECT_TRUE(m.send().empty());
+  EXPECT_EQ(m.count(Counter::rx_drop_wrong_dst), wrong_dst + 1);
+}
+
+TEST(Multicast, OnlyUdDatagramsToTheMulticastQpnAreDelivered) {
+  McastGroup m;
+  EXPECT_TRUE(m.send(m.qb[0]->qpn).empty());  // a group address with a unicast QPN
+  EXPECT_EQ(m.count(Counter::rx_drop_qp_type), 1u);
+  EXPECT_EQ(m.count(Counter::rx_mcast), 0u);
+}
+
+TEST(Multicast, AttachRules) {
+  McastGroup m;
+  Engine& e = *m.p.b.engine;
+  auto [ra, rb] = m.p.rc_pair();
+  (void)ra;
+  EXPECT_EQ(e.attach_mcast(rb, m.group), EINVAL);                            // not UD
+  EXPECT_EQ(e.attach_mcast(m.qb[3], wire::ipv4_mapped_gid(kIpA)), EINVAL);  // not a group
+  wire::Gid v6{};
+  v6[0] = 0xFF;
+  v6[1] = 0x0E;
+  v6[15] = 7;
+  EXPECT_EQ(e.attach_mcast(m.qb[3], v6), 0);  // ff0e::7
+  EXPECT_EQ(e.detach_mcast(m.qb[3], m.group), EINVAL);  // not attached to it
+  EXPECT_EQ(e.attach_mcast(m.qb[0], m.group), 0);       // twice is once
+  EXPECT_EQ(e.detach_mcast(m.qb[0], m.group), 0);
+  EXPECT_EQ(e.detach_mcast(m.qb[0], m.group), EINVAL);
+  EXPECT_EQ(wire::multicast_mac(v6), (wire::MacAddr{0x33, 0x33, 0, 0, 0, 7}));
+  // At most max_mcast_qp_attach QPs in a group (2 are attached now).
+  QpOptions o;
+  o.type = IBV_QPT_UD;
+  ibv_device_attr da;
+  e.query_device(&da);
+  for (int i = 2; i < da.max_mcast_qp_attach; ++i) {
+    Qp* q = make_qp(m.p.b, o);
+    ASSERT_EQ(e.attach_mcast(q, m.group), 0) << i;
+  }
+  EXPECT_EQ(e.attach_mcast(make_qp(m.p.b, o), m.group), ENOMEM);
+}
+
 TEST(Uc, LostPacketLosesOnlyItsMessage) {
   // Drop exactly the second packet on the wire: the 3-packet first message is lost (its
   // receive WQE is reused), the second message arrives whole.

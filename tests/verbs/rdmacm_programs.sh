@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Unmodified Debian librdmacm programs (rdmacm-utils, perftest -R) over uroce's librdmacm.so.1
 # and libibverbs.so.1 between two network namespaces joined by a veth pair: the connection
-# manager's REQ/REP/RTU/DREQ/DREP (and SIDR for UD) on the wire, IPv4 and IPv6.
+# manager's REQ/REP/RTU/DREQ/DREP (and SIDR for UD) on the wire, IPv4 and IPv6, and
+# multicast (mckey).
 # Usage: rdmacm_programs.sh LIBDIR RDMACM_EXIT. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1 leaver=$2
@@ -95,6 +96,39 @@ run_pair "rping, the server on every address" tcp:7174 "rdma-ping-4:" rping -s -
 run_pair "ucmatose (RC, 1 connection)" tcp:7471 "test complete" ucmatose -- ucmatose -s 10.97.0.2
 run_pair "ucmatose (RC, 4 connections, 20 messages)" tcp:7471 "test complete" ucmatose -c 4 -C 20 -- ucmatose -s 10.97.0.2 -c 4 -C 20
 run_pair "udaddy (UD, SIDR)" udp:7174 "test complete" udaddy -- udaddy -s 10.97.0.2
+# Multicast (rdma_join_multicast): mckey's receiver in B joins GROUP and posts its receives;
+# once the group shows among B's interface memberships (uroce has the kernel join it, which
+# sends the IGMP / MLD report), the sender in A joins and sends 10 datagrams to it. Both must
+# finish, and the group's RoCEv2 datagrams must have crossed the link (tcpdump on B's end).
+mckey_case() {  # NAME GROUP RECEIVER-ADDR SENDER-ADDR
+  local name=$1 group=$2 raddr=$3 saddr=$4 fam=-4
+  case $group in *:*) fam=-6 ;; esac
+  ip netns exec "$nsB" timeout 60 tcpdump -i "${tag}vb" -n -c 10 --immediate-mode \
+    -w "$dir/mc.pcap" "udp dst port 4791 and dst host $group" >/dev/null 2>"$dir/tcpdump.log" &
+  local dump=$!
+  for _ in $(seq 100); do grep -q "listening on" "$dir/tcpdump.log" && break; sleep 0.1; done
+  in_ns_bg "$nsB" "${tag}vb" mckey -m "$group" -b "$raddr" -C 10 >"$dir/server.log" 2>&1 &
+  local server=$! joined=0
+  for _ in $(seq 200); do
+    ip netns exec "$nsB" ip "$fam" maddr show dev "${tag}vb" | grep -qw "$group" && { joined=1; break; }
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ $joined -eq 1 ] || { echo "FAIL: $name: the receiver never joined $group on its interface"; cat "$dir/server.log"; exit 1; }
+  in_ns "$nsA" "${tag}va" mckey -m "$group" -b "$saddr" -s -C 10 >"$dir/client.log" 2>&1 \
+    || { echo "FAIL: $name sender"; cat "$dir/client.log"; exit 1; }
+  wait "$server" || { echo "FAIL: $name receiver"; cat "$dir/server.log"; exit 1; }
+  local frames=0
+  wait "$dump" && frames=$(tcpdump -r "$dir/mc.pcap" -n 2>/dev/null | wc -l)
+  [ "$frames" -eq 10 ] && grep -q "test complete" "$dir/server.log" \
+    || { echo "FAIL: $name: $frames datagrams to $group crossed the link"; cat "$dir/server.log" "$dir/tcpdump.log"; exit 1; }
+  ip netns exec "$nsB" ip "$fam" maddr show dev "${tag}vb" | grep -qw "$group" \
+    && { echo "FAIL: $name: $group still joined after the receiver left"; exit 1; }
+  echo "ok: $name: 10 datagrams received, $frames RoCEv2 frames to $group on the link, the group left at exit"
+}
+mckey_case "mckey (multicast, IPv4)" 239.1.2.3 10.97.0.2 10.97.0.1
+mckey_case "mckey (multicast, IPv6)" ff0e::97 fd00:97::2 fd00:97::1
+
 run_pair "rdma_server / rdma_client (rdma_getaddrinfo, rdma_create_ep)" tcp:7471 "end 0" rdma_server -- rdma_client -s 10.97.0.2
 run_pair "ib_send_bw -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_send_bw -d uroce0 -R -n 200 -- ib_send_bw -d uroce0 -R -n 200 10.97.0.2
 run_pair "ib_write_bw -R" tcp:18515 "^ [0-9]+ +[0-9]+" ib_write_bw -d uroce0 -R -n 200 -- ib_write_bw -d uroce0 -R -n 200 10.97.0.2
