@@ -4,7 +4,10 @@
 # udp_lat) over the kernel, then unmodified perftest over uroce (DPDK net_af_packet on the
 # same veth), the latency tests again with the progress thread spinning (progress = poll),
 # the CPU of an idle process and of one blocked in ibv_get_cq_event, and 10,000 RC QPs in one
-# process (tools/bench/qp_scale.c). Prints each figure with its ratio to the kernel's, and the
+# process (tools/bench/qp_scale.c). The middleware, both ways on the same link: UCX's
+# ucx_perftest over its tcp transport and over rc_verbs on uroce, and Open MPI's ping-pong
+# (tests/verbs/mpi_pingpong.c) over its TCP BTL and over UCX on uroce. Two uroce processes
+# joined by shared memory (DPDK net_memif, no kernel interface), beside one core's memcpy. Prints each figure with its ratio to the kernel's, and the
 # CPU of each side (share of one core, /usr/bin/time %P); saves docs/bench/side_by_side.csv
 # and .png.
 # Medians of RUNS runs (default 3). Needs root; run with nothing else busy.
@@ -16,7 +19,7 @@ for t in iperf3 qperf ib_write_bw; do
 done
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DUROCE_BUILD_TESTS=OFF >/dev/null
 cmake --build build-release -j"${UROCE_JOBS:-2}" --target uroce_ibverbs uroce qp_scale cq_wait \
-  >/dev/null
+  memcpy_bw >/dev/null
 uroce=$PWD/build-release/tools/uroce/uroce
 a=uroce-bench-a b=uroce-bench-b
 tmp=$(mktemp -d)
@@ -24,18 +27,23 @@ tmp=$(mktemp -d)
 trap 'drop_hosts "$a" "$b"; rm -rf "$tmp"' EXIT
 drop_hosts "$a" "$b"
 two_hosts "$a" "$b" ubn-a ubn-b 10.91.0
-ip -n "$a" link set ubn-a mtu 9000; ip -n "$b" link set ubn-b mtu 9000
+# Both ends get one name, ubn0, in their own namespaces: UCX's tcp transport is given one
+# device name for both sides.
+for ns in "$a" "$b"; do
+  ip -n "$ns" link set "ubn-${ns##*-}" down; ip -n "$ns" link set "ubn-${ns##*-}" name ubn0
+  ip -n "$ns" link set ubn0 mtu 9000 up
+done
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # Each run prints "value server_cpu% client_cpu%".
 # perftest over uroce: COLUMN of the result line (4: MB/s average, 5: Mpps / usec typical).
 perftest() {
   local col=$1; shift
-  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn-b -- "$@" \
+  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn0 -- "$@" \
     >"$tmp/s.out" 2>&1 &
   local server=$!
   wait_listen "$b"
-  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn-a -- "$@" \
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn0 -- "$@" \
     10.91.0.2 >"$tmp/c.out" 2>&1
   wait "$server"
   local v
@@ -89,7 +97,7 @@ qperf_lat() {
 # 5 s, from /proc (utime + stime).
 ns_ticks() { ip netns pids "$b" | while read -r p; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{s += $1} END {print s + 0}'; }
 idle_cpu() {
-  ip netns exec "$b" "$uroce" run --iface ubn-b -- ib_write_bw -d uroce0 -x 1 >/dev/null 2>&1 &
+  ip netns exec "$b" "$uroce" run --iface ubn0 -- ib_write_bw -d uroce0 -x 1 >/dev/null 2>&1 &
   wait_listen "$b"
   local t0 t1
   t0=$(ns_ticks); sleep 5; t1=$(ns_ticks)
@@ -100,20 +108,78 @@ idle_cpu() {
 
 # A process blocked in ibv_get_cq_event (tools/bench/cq_wait.c): its CPU over 5 s.
 blocked_cpu() {
-  echo "$(ip netns exec "$b" "$uroce" run --iface ubn-b -- "$PWD/build-release/tools/bench/cq_wait" 5 |
+  echo "$(ip netns exec "$b" "$uroce" run --iface ubn0 -- "$PWD/build-release/tools/bench/cq_wait" 5 |
     awk '/blocked_cpu_pct/ {print $2}') 0 0"
 }
 # 10,000 RC QPs in one process (tools/bench/qp_scale.c): FIGURE is one of its output keys.
 qp_scale() {
-  ip netns exec "$b" "$uroce" run --iface ubn-b -- "$PWD/build-release/tools/bench/qp_scale" 10000 \
+  ip netns exec "$b" "$uroce" run --iface ubn0 -- "$PWD/build-release/tools/bench/qp_scale" 10000 \
     >"$tmp/qp.out"
   echo "$(awk -v k="$1" '$1 == k {print $2}' "$tmp/qp.out") 0 0"
 }
 # The same perftest with the progress thread spinning (progress = poll).
 polled() { export UROCE_PROGRESS=poll; "$@"; unset UROCE_PROGRESS; }
 
+# ucx_perftest, server in B and client in A, both under `uroce run` (the tcp transport does
+# not use uroce): DEVICE TRANSPORT COLUMN ARGS... (COLUMN of its "Final:" line: 3 typical
+# latency in us, 6 bandwidth in MB/s).
+ucx() {
+  local dev=$1 tl=$2 col=$3; shift 3
+  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn0 -- \
+    timeout 120 ucx_perftest -d "$dev" -x "$tl" >"$tmp/s.out" 2>&1 &
+  local server=$!
+  wait_listen "$b" 13337 "$server"
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn0 -- \
+    timeout 120 ucx_perftest 10.91.0.2 -d "$dev" -x "$tl" "$@" >"$tmp/c.out" 2>&1 || true
+  wait "$server" || true
+  local v
+  v=$(awk -v c="$col" '/^Final:/ {print $c}' "$tmp/c.out")
+  echo "${v:-0} $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+}
+# Open MPI's ping-pong, one rank per namespace (mpirun in A, its PMIx server on A's end of the
+# link): SIZE (a line of mpi_pingpong's output) COLUMN (3: us, 5: MB/s) MCA-ARGS... CPU: the
+# two ranks and mpirun together, half of it in each column.
+mpi_pp=$tmp/mpi_pingpong
+command -v mpicc.openmpi >/dev/null && mpicc.openmpi -O2 -o "$mpi_pp" tests/verbs/mpi_pingpong.c
+mpi() {
+  local size=$1 col=$2; shift 2
+  local rank=(); [ "$1" = uroce ] && { rank=("$uroce" run --iface ubn0 --); shift; }
+  ip netns exec "$a" env PMIX_MCA_ptl_tcp_if_include=ubn0 PMIX_MCA_ptl_tcp_remote_connections=1 \
+    OMPI_MCA_oob_tcp_if_include=ubn0 /usr/bin/time -f "%P" -o "$tmp/c.cpu" timeout 120 \
+    mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none "$@" \
+    -np 1 ip netns exec "$a" "${rank[@]}" "$mpi_pp" 2000 : \
+    -np 1 ip netns exec "$b" "${rank[@]}" "$mpi_pp" 2000 >"$tmp/c.out" 2>&1 || true
+  local v cpu
+  v=$(awk -v s="$size" -v c="$col" '$1 == s && $2 == "bytes:" {gsub(",", "", $c); print $c}' "$tmp/c.out")
+  grep -q "^verified" "$tmp/c.out" || v=0
+  cpu=$(tr -d '%' < "$tmp/c.cpu")
+  echo "${v:-0} $((cpu / 2)) $((cpu / 2))"
+}
+mpi_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.91.0.0/24)
+mpi_ucx=(uroce --mca pml ucx --mca btl self --mca osc ^ucx -x UCX_NET_DEVICES=uroce0:1
+         -x UCX_TLS=rc_verbs,ud_verbs,self)
+# Two uroce processes joined by net_memif in namespace A (perftest's exchange on loopback).
+memif() {
+  local col=$1; shift
+  local side=(env LD_LIBRARY_PATH="$PWD/build-release/lib" UROCE_MTU=4096)
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "${side[@]}" UROCE_IPV4=10.90.0.2 \
+    UROCE_DEVARGS="net_memif0,role=server,id=0,socket=/uroce-bench-memif,mac=02:00:00:00:90:02" \
+    timeout 120 "$@" >"$tmp/s.out" 2>&1 &
+  local server=$!
+  wait_listen "$a" 18515 "$server"
+  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "${side[@]}" UROCE_IPV4=10.90.0.1 \
+    UROCE_DEVARGS="net_memif0,role=client,id=0,socket=/uroce-bench-memif,mac=02:00:00:00:90:01" \
+    timeout 120 "$@" 127.0.0.1 >"$tmp/c.out" 2>&1 || true
+  wait "$server" || true
+  local v
+  v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
+  echo "${v:-0} $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+}
+memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" | awk '{print $2}') 100 0"; }
+
 mkdir -p docs/bench
 csv=docs/bench/side_by_side.csv
+if [ "${PLOT_ONLY:-0}" != 1 ]; then  # PLOT_ONLY=1: only the plot, from the CSV there is
 echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to" > "$csv"
 declare -A fig
 row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
@@ -152,31 +218,49 @@ row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d
 row poll "ib_send_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_write_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
-row uroce "idle, device open" "% of a core" - idle_cpu
+# The middleware over the kernel's TCP and over uroce, on the same link.
+row kernel "UCX tcp am_lat 8 B" us - ucx ubn0 tcp 3 -t am_lat -n 10000 -s 8
+row uroce "UCX rc_verbs am_lat 8 B" us "UCX tcp am_lat 8 B" ucx uroce0:1 rc_verbs 3 -t am_lat -n 10000 -s 8
+row kernel "UCX tcp put_bw 64 KiB" MB/s - ucx ubn0 tcp 6 -t put_bw -n 2000 -s 65536 -D zcopy
+row uroce "UCX rc_verbs put_bw 64 KiB" MB/s "UCX tcp put_bw 64 KiB" ucx uroce0:1 rc_verbs 6 -t put_bw -n 2000 -s 65536 -D zcopy
+if [ -x "$mpi_pp" ] && command -v mpirun.openmpi >/dev/null; then
+  row kernel "Open MPI TCP 64 B" us - mpi 64 3 "${mpi_tcp[@]}"
+  row uroce "Open MPI UCX 64 B" us "Open MPI TCP 64 B" mpi 64 3 "${mpi_ucx[@]}"
+  row kernel "Open MPI TCP 4 MiB" MB/s - mpi 4194304 5 "${mpi_tcp[@]}"
+  row uroce "Open MPI UCX 4 MiB" MB/s "Open MPI TCP 4 MiB" mpi 4194304 5 "${mpi_ucx[@]}"
+fi
+# Shared memory between two processes (no kernel interface), against one core's memcpy.
+row memif "memcpy 1 core 64 KiB" MB/s - memcpy_bw
+row memif "memif ib_write_bw 64 KiB" MB/s "iperf3 TCP" memif 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row memif "memif ib_send_lat 8 B" us "qperf udp_lat 8 B" memif 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row uroce "idle with device open" "% of a core" - idle_cpu
 row uroce "blocked in get_cq_event" "% of a core" - blocked_cpu
 row qps "10000 QPs: create" us/QP - qp_scale create_us_per_qp
 row qps "10000 QPs: memory" B/QP - qp_scale memory_per_qp_beyond_wqs_bytes
 row qps "10000 QPs: WRITE each" ms - qp_scale write_each_ms
 echo "CSV: $csv"
+fi
 
 if command -v gnuplot >/dev/null; then
   gnuplot <<'GP'
-set terminal pngcairo size 1500,600 noenhanced
+set terminal pngcairo size 1700,700 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title 'The kernel sockets (blue: iperf3, qperf) and uroce (red: perftest; yellow: progress = poll) on one veth pair, in one run'
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest, UCX rc_verbs, Open MPI UCX; yellow: progress = poll)\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
 set xtics rotate by -45 font ",10"
-color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : 0xcc6677
-set yrange [0:*]
-set title 'bandwidth, MB/s (higher is better)'
+set rmargin 12
+color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : 0xcc6677
+set logscale y
+set yrange [10:*]
+set title 'bandwidth, MB/s (higher is better, log scale)'
 plot '< grep -E "MB/s" docs/bench/side_by_side.csv | grep -v -- "-q"' \
   using 0:3:(color(stringcolumn(1))):xtic(2) with boxes lc rgb variable
-set title 'one-way latency of 8 B, us (lower is better, log scale)'
+set title 'one-way latency of small messages (8 B; Open MPI 64 B), us (lower is better, log scale)'
 set logscale y
-set yrange [1:*]
+set yrange [0.1:*]
 plot '< grep -E ",us," docs/bench/side_by_side.csv' \
   using 0:3:(color(stringcolumn(1))):xtic(2) with boxes lc rgb variable
 unset multiplot
