@@ -22,6 +22,7 @@ namespace {
 
 std::mutex g_eal_mutex;
 bool g_eal_up = false;
+bool g_eal_huge = false;  // the EAL took hugepages (a PCI NIC), else plain pages
 pid_t g_eal_pid = 0;
 std::atomic<int> g_ports{0};
 
@@ -213,6 +214,7 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
   // The EAL stays up until the process exits: DPDK cannot be started again after
   // rte_eal_cleanup, and a program may open and close devices any number of times.
   g_eal_up = true;
+  g_eal_huge = huge;
   g_eal_pid = getpid();
   return true;
 }
@@ -310,6 +312,24 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
     if (f >> v && v >= 576 && v <= 65535) mtu = static_cast<uint16_t>(v);
   }
   p->max_frame_ = std::min<uint32_t>(cfg.max_frame, uint32_t{mtu} + 18);
+  // What `uroce devinfo` says about the port.
+  const std::string driver = info.driver_name != nullptr ? info.driver_name : "?";
+  std::string d = driver + " " + dev_name;
+  if (!cfg.iface.empty()) {
+    d += " on " + cfg.iface + " (interface MTU " + std::to_string(mtu) + "; " +
+         (cfg.shared ? "the kernel's transmit path, so other packet sockets see our frames"
+                     : "PACKET_QDISC_BYPASS: the interface is ours alone") +
+         ")";
+  } else {
+    d += " (MTU " + std::to_string(mtu) + ")";
+  }
+  d += "; 1 RX + 1 TX queue of " + std::to_string(cfg.rx_desc) + " / " +
+       std::to_string(cfg.tx_desc) + " descriptors; " + std::to_string(cfg.mbufs) +
+       " mbufs of " + std::to_string(room) + " B in " +
+       (g_eal_huge ? "hugepages (kept in memory only)" : "plain pages (no hugepages needed)") +
+       "; " + (p->wait_fd_ >= 0 ? "sleeps on the PMD's descriptor when idle"
+                                : "polled (no descriptor to sleep on)");
+  p->description_ = d;
   return p;
 }
 

@@ -55,6 +55,8 @@ class DpdkPort final : public Port {
   int wait_fd() const override { return wait_fd_; }
 
   uint16_t port_id() const { return port_id_; }
+  /// One line for `uroce devinfo`: the PMD, the device, its queues, memory and how it waits.
+  const std::string& describe() const { return description_; }
   /// Device statistics (packets, drops) for `uroce stats`.
   struct Stats {
     uint64_t rx_packets, tx_packets, rx_missed, rx_errors, tx_errors, rx_nombuf;
@@ -70,6 +72,7 @@ class DpdkPort final : public Port {
   uint32_t max_frame_ = 0;
   std::array<uint8_t, 6> mac_{};
   int wait_fd_ = -1;  // owned by the PMD
+  std::string description_;
 };
 
 }  // namespace uroce::drivers

@@ -422,6 +422,12 @@ Runtime* open_runtime(Device* d) {
     return nullptr;
   }
   Port* port = rt->port.get();
+  // `uroce devinfo` asks: how the port is set up, before ibv_devinfo's own lines.
+  if (const char* v = std::getenv("UROCE_DEVINFO"); v != nullptr && std::strcmp(v, "1") == 0) {
+    std::printf("%s: port %s\n", dc.name.c_str(),
+                static_cast<drivers::DpdkPort*>(port)->describe().c_str());
+    std::fflush(stdout);
+  }
   if (!dc.pcap.empty()) {
     auto trace = std::make_unique<drivers::PcapTrace>(*port, dc.pcap);
     if (!trace->ok()) {

@@ -57,6 +57,13 @@ jumbo=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo)
 grep -qE 'active_mtu:\s+4096 \(5\)' <<<"$jumbo" \
   || fail "a 9000-byte link should give active_mtu 4096"
 echo "ok: a 9000-byte link gives active_mtu 4096"
+# `uroce devinfo`: how the port is set up, then ibv_devinfo -v's own lines.
+dev=$(ip netns exec "$ns" "$uroce" devinfo --iface "${ns}a")
+head -1 <<<"$dev" | grep -qE "^uroce0: port net_af_packet .* on ${ns}a \(interface MTU 9000; .*1 RX \+ 1 TX queue.*plain pages" \
+  || fail "uroce devinfo's first line should describe the af_packet port on ${ns}a:
+$dev"
+grep -qE 'hca_id:\s+uroce0' <<<"$dev" || fail "uroce devinfo shows no device: $dev"
+echo "ok: uroce devinfo: $(head -1 <<<"$dev" | cut -c1-100)..."
 
 # A C program on our library: loopback RDMA WRITE between two QPs of one device, then a wrong
 # R_Key -> IBV_WC_REM_ACCESS_ERR with the target untouched.

@@ -69,7 +69,10 @@ constexpr const char* kDevinfoHelp =
     "usage: uroce devinfo [options]\n"
     "\n"
     "Shows the uroce device as rdma-core's ibv_devinfo -v does (ibverbs-utils must be\n"
-    "installed): uroce run [options] -- ibv_devinfo -v.\n";
+    "installed): uroce run [options] -- ibv_devinfo -v, with UROCE_DEVINFO=1, which makes\n"
+    "the library first print how each device's port is set up: the DPDK driver and device,\n"
+    "the interface, queues and descriptors, the mbufs and whether they are in hugepages,\n"
+    "and whether the port sleeps on a descriptor or is polled when idle.\n";
 
 constexpr const char* kStatsHelp =
     "usage: uroce stats [PID]\n"
@@ -397,6 +400,7 @@ int main(int argc, char** argv) {
     }
     char a0[] = "ibv_devinfo", a1[] = "-v";
     char* args[] = {a0, a1, nullptr};
+    setenv("UROCE_DEVINFO", "1", 1);  // the library says how each port is set up
     return exec_with_uroce(args);
   }
   if (cmd == "stats") {
