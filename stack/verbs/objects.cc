@@ -57,6 +57,12 @@ struct UMw {
   ibv_mw ibv;
   mem::Mw* mw;
 };
+/// What a completion channel's pipe carries: the CQ, and its handle number to tell it from a
+/// later CQ at the same address (writes of this size to a pipe are atomic).
+struct CqEvent {
+  ibv_cq* cq;
+  uint32_t handle;
+};
 struct UChannel {
   ibv_comp_channel ibv;
   int wfd;  // write end of the pipe whose read end is ibv.fd (non-blocking)
@@ -499,9 +505,9 @@ void deliver_cq_events(Runtime* rt) {
     rt->armed[i] = rt->armed.back();
     rt->armed.pop_back();
     auto* ch = reinterpret_cast<UChannel*>(cq->ibv.channel);
-    ibv_cq* handle = &cq->ibv;
+    const CqEvent ev{&cq->ibv, cq->handle};
     // A full pipe means the application stopped reading events: this one is dropped.
-    if (ch != nullptr && write(ch->wfd, &handle, sizeof handle) != sizeof handle) {
+    if (ch != nullptr && write(ch->wfd, &ev, sizeof ev) != sizeof ev) {
     }
   }
 }
@@ -794,15 +800,17 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
   rt->last_app_poll.store(0, std::memory_order_relaxed);
   if (rt->napping.exchange(false) || rt->parked.load()) rt->kick();
   for (;;) {
-    ibv_cq* handle = nullptr;
-    const ssize_t n = read(channel->fd, &handle, sizeof handle);
-    if (n != sizeof handle) {
+    CqEvent ev{};
+    const ssize_t n = read(channel->fd, &ev, sizeof ev);
+    if (n != sizeof ev) {
       if (n >= 0) errno = EIO;
       return -1;
     }
-    // An event for a CQ destroyed since is dropped (the kernel drops them at destroy).
+    // An event for a CQ destroyed since is dropped (the kernel drops them at destroy), also
+    // when a new CQ has its address: the engine's handle numbers are never reused.
+    ibv_cq* handle = ev.cq;
     std::lock_guard<std::mutex> lock(s->obj_mu);
-    if (s->cqs.count(to_cq(handle)) == 0) continue;
+    if (s->cqs.count(to_cq(handle)) == 0 || to_cq(handle)->handle != ev.handle) continue;
     pthread_mutex_lock(&handle->mutex);
     ++to_cq(handle)->comp_events_read;
     pthread_mutex_unlock(&handle->mutex);

@@ -15,6 +15,9 @@
  *              files
  *   exit       exit() while a thread is still posting and every object is open: a clean
  *              exit, no counters file left
+ *   cqevents   a completion event that was never read dies with its CQ: after the CQ is
+ *              destroyed, a new CQ on the same channel (at the same address, as malloc
+ *              hands it out) reads no event that was not its own (issue 22, bug 1)
  *   link IFACE the interface goes down and comes back with another MTU: PORT_ERR and
  *              PORT_ACTIVE on every context, ibv_query_port's state and active MTU follow
  *   passive UROCE  a device no application thread ever drives (uroce1) takes WRITEs: its
@@ -25,6 +28,7 @@
  * prints "FAIL: ..." and exits 1. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -653,6 +657,43 @@ static int mode_link(const char* iface) {
   return 0;
 }
 
+static int mode_cqevents(void) {
+  struct ep a, b;
+  struct ibv_context* c = open_pair(&a, &b, 1);
+  CHECK(ibv_req_notify_cq(a.cq, 0) == 0, "ibv_req_notify_cq");
+  /* b SENDs to a: a's CQ gets a completion, and its channel the event. */
+  post_recv(&a, 7);
+  struct ibv_sge s = {(uintptr_t)b.buf, 64, b.mr->lkey};
+  struct ibv_send_wr w = {.wr_id = 8, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+                          .send_flags = IBV_SEND_SIGNALED}, *bad;
+  CHECK(ibv_post_send(b.qp, &w, &bad) == 0, "post SEND");
+  wait_one(&b);
+  struct pollfd p = {.fd = a.ch->fd, .events = POLLIN};
+  CHECK(poll(&p, 1, 10000) == 1, "no completion event on a's channel");
+  /* Unread, the CQ goes (its QP first), and another takes its place on the channel. */
+  void* old = a.cq;
+  CHECK(ibv_destroy_qp(a.qp) == 0, "ibv_destroy_qp");
+  CHECK(ibv_destroy_cq(a.cq) == 0, "ibv_destroy_cq");
+  struct ibv_cq* cq2 = ibv_create_cq(c, 256, (void*)0x77, a.ch, 0);
+  CHECK(cq2 != NULL, "ibv_create_cq: errno %d", errno);
+  CHECK(fcntl(a.ch->fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+  struct ibv_cq* got = NULL;
+  void* ctx = NULL;
+  const int r = ibv_get_cq_event(a.ch, &got, &ctx);
+  CHECK(r == -1 && errno == EAGAIN,
+        "ibv_get_cq_event returned %d with cq %p (the new CQ %p, context %p): the destroyed "
+        "CQ's event was handed out as the new CQ's", r, (void*)got, (void*)cq2, ctx);
+  printf("ok: a destroyed CQ's unread event is not read as the new CQ's (it took the old "
+         "address: %s)\n", (void*)cq2 == old ? "yes" : "no");
+  CHECK(ibv_destroy_cq(cq2) == 0, "ibv_destroy_cq");
+  CHECK(ibv_destroy_comp_channel(a.ch) == 0, "ibv_destroy_comp_channel");
+  CHECK(ibv_dereg_mr(a.mr) == 0 && ibv_dealloc_pd(a.pd) == 0, "a's MR, PD");
+  free(a.buf);
+  ep_free(&b);
+  CHECK(ibv_close_device(c) == 0, "ibv_close_device");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char* m = argc > 1 ? argv[1] : "";
@@ -666,10 +707,11 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "stress")) return mode_stress();
   if (!strcmp(m, "fork")) return mode_fork();
   if (!strcmp(m, "exit")) return mode_exit();
+  if (!strcmp(m, "cqevents")) return mode_cqevents();
   if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
-          "link IFACE|passive UROCE\n",
+          "cqevents|link IFACE|passive UROCE\n",
           argv[0]);
   return 2;
 }
