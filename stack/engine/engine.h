@@ -189,7 +189,9 @@ class Engine {
   int detach_mcast(Qp* qp, const wire::Gid& gid);
   /// Called when a group gets its first QP (true) or loses its last (false): the provider
   /// joins the group on the interface then (IGMP / MLD), as the kernel does for rdma_rxe.
-  void on_group_change(std::function<void(const wire::Gid&, bool)> f) { group_change_ = std::move(f); }
+  void on_group_change(std::function<void(const wire::Gid&, bool)> f) {
+    group_change_ = std::move(f);
+  }
 
   // ---- Data path (thread-safe: see the top of this file) ------------------------------------
   /// all_or_none: check the whole chain (and the room in the SQ) before posting any of it, as

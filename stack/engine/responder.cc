@@ -306,13 +306,18 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         qp->write_va = p.hdr.ext.reth.va;
         qp->write_left = qp->write_len = p.hdr.ext.reth.dma_len;
         if (qp->write_len != 0) {
-          // The whole range once, so that nothing is written of a WRITE that cannot fit
-          // (this also checks the first packet's bytes).
+          // The whole range once, so that nothing is written of a WRITE that cannot fit.
+          // An on-demand MR's pages are faulted in packet by packet (below), as an RNIC
+          // faults only what it writes: a peer's one small packet announcing 4 GiB must
+          // not make us commit 4 GiB.
           if (mrs_.check_remote(qp->write_rkey, qp->pd, qp->qpn, qp->write_va, qp->write_len,
-                                IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
+                                IBV_ACCESS_REMOTE_WRITE, &host,
+                                /*fault_in=*/false) != mem::AccessError::kOk) {
             reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
             return;
           }
+          const mem::Mr* mr = mrs_.find(qp->write_rkey);
+          if (mr == nullptr || (mr->access & IBV_ACCESS_ON_DEMAND)) host = nullptr;
         }
       }
       if (len > qp->write_left) {
@@ -353,7 +358,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         uint8_t* host;
         if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
             mrs_.check_remote(r.rkey, qp->pd, qp->qpn, r.va, r.dma_len, IBV_ACCESS_REMOTE_READ,
-                              &host) != mem::AccessError::kOk) {
+                              &host, /*fault_in=*/false) != mem::AccessError::kOk) {
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
         }
@@ -455,7 +460,8 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
         uint8_t* host;
         if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
             mrs_.check_remote(reth.rkey, qp->pd, qp->qpn, reth.va, reth.dma_len,
-                              IBV_ACCESS_REMOTE_READ, &host) != mem::AccessError::kOk) {
+                              IBV_ACCESS_REMOTE_READ, &host,
+                              /*fault_in=*/false) != mem::AccessError::kOk) {
           responder_error(qp, NakCode::kRemoteAccessError, psn, IBV_WC_WR_FLUSH_ERR);
           return;
         }

@@ -447,7 +447,10 @@ int Engine::destroy_qp(Qp* qp) {
   clean_cq(qp->send_cq, qp->qpn);
   if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
   mrs_.release_qp(qp->qpn);  // its type 2 windows: no later QP may use them
-  for (size_t i = mcast_.size(); i-- > 0;) detach_mcast(qp, mcast_[i].gid);
+  for (size_t i = mcast_.size(); i-- > 0;) {
+    const Gid gid = mcast_[i].gid;  // detaching may erase the entry
+    detach_mcast(qp, gid);
+  }
   --qp->pd->users;
   --qp->send_cq->users;
   --qp->recv_cq->users;
@@ -461,7 +464,8 @@ int Engine::attach_mcast(Qp* qp, const Gid& gid) {
   if (qp == nullptr || qp_by_num(qp->qpn) != qp || qp->type != IBV_QPT_UD ||
       !is_multicast_gid(gid))
     return EINVAL;
-  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McGroup& m) { return m.gid == gid; });
+  auto g = std::find_if(mcast_.begin(), mcast_.end(),
+                        [&](const McGroup& m) { return m.gid == gid; });
   if (g == mcast_.end()) {
     if (mcast_.size() >= cfg_.max_mcast_grp) return ENOMEM;
     g = mcast_.insert(mcast_.end(), McGroup{gid, {}});
@@ -473,8 +477,10 @@ int Engine::attach_mcast(Qp* qp, const Gid& gid) {
   return 0;
 }
 
-int Engine::detach_mcast(Qp* qp, const Gid& gid) {
-  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McGroup& m) { return m.gid == gid; });
+int Engine::detach_mcast(Qp* qp, const Gid& group) {
+  const Gid gid = group;  // a copy: `group` may be a group's own entry, erased below
+  auto g = std::find_if(mcast_.begin(), mcast_.end(),
+                        [&](const McGroup& m) { return m.gid == gid; });
   if (qp == nullptr || g == mcast_.end()) return EINVAL;
   auto q = std::find(g->qps.begin(), g->qps.end(), qp);
   if (q == g->qps.end()) return EINVAL;

@@ -24,6 +24,8 @@ bool populate_supported() {
 }
 }  // namespace
 
+bool odp_supported() { return populate_supported(); }
+
 int host_range_errno(const void* addr, uint64_t length, bool write) {
   if (length == 0) return 0;
   const auto start = reinterpret_cast<uintptr_t>(addr);
@@ -36,9 +38,13 @@ int host_range_errno(const void* addr, uint64_t length, bool write) {
   // (PROT_NONE, read-only for a writable MR: EFAULT), fails as ibv_reg_mr does through the
   // kernel; registered, it would let a peer's WRITE or READ kill the process.
   if (populate_supported()) {
-    if (madvise(reinterpret_cast<void*>(first), end - first,
-                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
-      return 0;
+    // EINTR / EAGAIN (a signal, a page being migrated) are worth a few more tries.
+    for (int tries = 0; tries < 4; ++tries) {
+      if (madvise(reinterpret_cast<void*>(first), end - first,
+                  write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+        return 0;
+      if (errno != EINTR && errno != EAGAIN) break;
+    }
     // ENOMEM: unmapped; EINVAL: a mapping without the access (or device memory, which the
     // kernel does not pin either); EFAULT: a page that would fault (a file's hole past EOF).
     return errno == EINTR || errno == EAGAIN ? EAGAIN : EFAULT;
@@ -73,8 +79,10 @@ int region_errno(const Pd* pd, const void* addr, uint64_t length, int access) {
   if (access & IBV_ACCESS_ON_DEMAND) {
     // On-demand paging: nothing is pinned or faulted in now; each access checks its pages
     // (MrTable::check). Only a range that wraps is refused, and the implicit MR (NULL,
-    // SIZE_MAX) is the whole address space.
-    if (addr == nullptr && length == SIZE_MAX) return 0;
+    // SIZE_MAX) is the whole address space. Without MADV_POPULATE (before Linux 5.14) an
+    // access could not be checked for the pages' protection: not offered there.
+    if (!odp_supported()) return EOPNOTSUPP;
+    if (addr == nullptr && length == SIZE_MAX) return 0;  // its iova must be 0 (reg)
     if (addr == nullptr && length != 0) return EINVAL;
     const auto start = reinterpret_cast<uintptr_t>(addr);
     return start + length < start ? EINVAL : 0;
@@ -92,8 +100,8 @@ uint8_t* at(uint8_t* base, uint64_t offset) {
 /// For an on-demand MR: faults [host, host+len) in with the access `need` asks for, as an
 /// RNIC's page fault does; false where a page is unmapped or lacks that access (the access
 /// then fails as one out of bounds would: a NAK for a peer, a protection error locally).
-bool odp_present(const Mr& mr, uint8_t* host, uint64_t len, int need) {
-  if (!(mr.access & IBV_ACCESS_ON_DEMAND)) return true;  // pinned at registration
+bool odp_present(const Mr& mr, uint8_t* host, uint64_t len, int need, bool fault_in) {
+  if (!fault_in || !(mr.access & IBV_ACCESS_ON_DEMAND)) return true;  // pinned at registration
   const bool write = (need & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                               IBV_ACCESS_REMOTE_ATOMIC)) != 0;
   return host_range_errno(host, len, write) == 0;
@@ -205,6 +213,7 @@ int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, 
 
 Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
   int e = region_errno(pd, addr, length, access);
+  if (e == 0 && addr == nullptr && length == SIZE_MAX && iova != 0) e = EINVAL;  // implicit
   if (e == 0 && in_use_ >= max_mrs_) e = ENOMEM;
   if (e != 0) {
     errno = e;
@@ -258,7 +267,7 @@ Mr* MrTable::find(uint32_t key) {
 }
 
 AccessError MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, int need,
-                           uint8_t** host) const {
+                           uint8_t** host, bool fault_in) const {
   const Mr* found = find(key);
   if (found == nullptr) return AccessError::kBadKey;
   const Mr& mr = *found;
@@ -268,17 +277,17 @@ AccessError MrTable::check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len
   if (va < mr.iova || va - mr.iova > mr.length || len > mr.length - (va - mr.iova))
     return AccessError::kOutOfBounds;
   uint8_t* h = at(mr.host, va - mr.iova);
-  if (!odp_present(mr, h, len, need)) return AccessError::kOutOfBounds;
+  if (!odp_present(mr, h, len, need, fault_in)) return AccessError::kOutOfBounds;
   *host = h;
   return AccessError::kOk;
 }
 
 AccessError MrTable::check_remote(uint32_t key, const Pd* pd, uint32_t qpn, uint64_t va,
-                                  uint64_t len, int need, uint8_t** host) const {
+                                  uint64_t len, int need, uint8_t** host, bool fault_in) const {
   if ((key >> 8) == 0) return AccessError::kBadKey;
   const Entry& e = index_[position(key)];
   if (e.key != key || (e.mr == nullptr && e.mw == nullptr)) return AccessError::kBadKey;
-  if (e.mr != nullptr) return check(key, pd, va, len, need, host);
+  if (e.mr != nullptr) return check(key, pd, va, len, need, host, fault_in);
   const Mw& w = *e.mw;
   if (w.mr == nullptr) return AccessError::kBadKey;  // unbound, or invalidated
   if (w.pd != pd) return AccessError::kPdMismatch;
@@ -287,7 +296,7 @@ AccessError MrTable::check_remote(uint32_t key, const Pd* pd, uint32_t qpn, uint
   if (va < w.base || va - w.base > w.length || len > w.length - (va - w.base))
     return AccessError::kOutOfBounds;
   uint8_t* h = at(w.host, va - w.base);
-  if (!odp_present(*w.mr, h, len, need)) return AccessError::kOutOfBounds;
+  if (!odp_present(*w.mr, h, len, need, fault_in)) return AccessError::kOutOfBounds;
   *host = h;
   return AccessError::kOk;
 }

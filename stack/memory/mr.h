@@ -86,6 +86,10 @@ enum class AccessError : uint8_t {
 /// (`write`) not writable. Faults every page in, as the kernel's pinning does.
 int host_range_errno(const void* addr, uint64_t length, bool write);
 
+/// Whether on-demand MRs can be offered: each access must be able to fault its pages in and
+/// learn their protection (MADV_POPULATE_READ/WRITE, Linux 5.14).
+bool odp_supported();
+
 class MrTable {
  public:
   /// Deregistered keys the draw keeps refusing (besides every key in use).
@@ -123,13 +127,15 @@ class MrTable {
 
   /// Finds the MR for `key` and checks that `pd` owns it, that it grants `need`
   /// (IBV_ACCESS_* bits; 0 for local read), and that [va, va+len) lies inside it. On success
-  /// `*host` points at va in our address space.
+  /// `*host` points at va in our address space. An on-demand MR's range is faulted in too,
+  /// unless `fault_in` is false (a whole message's range checked up front: its packets are
+  /// faulted in one by one, as an RNIC faults only the pages it touches).
   AccessError check(uint32_t key, const Pd* pd, uint64_t va, uint64_t len, int need,
-                    uint8_t** host) const;
+                    uint8_t** host, bool fault_in = true) const;
   /// The same for an R_Key a peer sent to QP `qpn`: an MR's, or a bound window's (for a type
   /// 2 window only through the QP it is bound to; a zero-based window's va is an offset).
   AccessError check_remote(uint32_t key, const Pd* pd, uint32_t qpn, uint64_t va, uint64_t len,
-                           int need, uint8_t** host) const;
+                           int need, uint8_t** host, bool fault_in = true) const;
 
   Mr* find(uint32_t key);
   const Mr* find(uint32_t key) const;

@@ -130,12 +130,12 @@ ibv_gid gid_of(const sockaddr* sa) {
   return g;
 }
 
-/// The group `p` joined at address `sa` (its port aside), or end().
+/// The group `p` joined at address `sa` (by its GID: an IPv4 address and its IPv4-mapped
+/// IPv6 form are one group), or end().
 std::vector<McPriv>::iterator find_mc(IdPriv* p, const sockaddr* sa) {
   const ibv_gid g = gid_of(sa);
-  return std::find_if(p->mcs.begin(), p->mcs.end(), [&](const McPriv& m) {
-    return m.addr.ss_family == sa->sa_family && std::memcmp(m.mgid.raw, g.raw, 16) == 0;
-  });
+  return std::find_if(p->mcs.begin(), p->mcs.end(),
+                      [&](const McPriv& m) { return std::memcmp(m.mgid.raw, g.raw, 16) == 0; });
 }
 
 socklen_t sa_len(const sockaddr* sa) {
@@ -972,11 +972,12 @@ int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* 
   m.sendonly = attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
   {
     std::lock_guard<std::mutex> lock(p->mu);
+    if (find_mc(p, attr->addr) != p->mcs.end()) return fail(EADDRINUSE);  // joined already
     p->mcs.push_back(m);
   }
   if (int r = uroce_cm_join_multicast(p->handle, attr->addr); r != 0) {
     std::lock_guard<std::mutex> lock(p->mu);
-    p->mcs.pop_back();
+    if (auto it = find_mc(p, attr->addr); it != p->mcs.end()) p->mcs.erase(it);
     return fail(r);
   }
   return p->sync ? sync_wait(id, RDMA_CM_EVENT_MULTICAST_JOIN) : 0;

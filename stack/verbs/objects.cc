@@ -47,6 +47,7 @@ struct UDm {
   uint64_t length;
   uint64_t charged;  // what it counts against kDeviceMemoryBytes (length, aligned)
   uint32_t mrs;     // MRs registered on it (under the engine lock): it cannot be freed
+  bool dead;        // being freed (under the engine lock): no new MR on it
 };
 struct UMr {
   ibv_mr ibv;
@@ -397,7 +398,8 @@ int free_dm(ibv_dm* ibv) {
   Runtime* rt = runtime_of(ibv->context);
   {
     EngineLock lock(rt);
-    if (dm->mrs != 0) return EBUSY;  // MRs still name its bytes
+    if (dm->mrs != 0 || dm->dead) return dm->dead ? EINVAL : EBUSY;  // MRs still name it
+    dm->dead = true;  // from here no ibv_reg_dm_mr takes it
   }
   disown(ibv->context, &ContextState::dms, dm);
   rt->dm_in_use -= dm->charged;
@@ -449,7 +451,11 @@ ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* ibv, uint64_t offset, size_t length,
     return nullptr;
   }
   // Zero-based: SGEs and peers address it from 0, and its ibv_mr's addr is null.
-  return new_mr(pd, nullptr, length, dm, [&](Engine& e) {
+  return new_mr(pd, nullptr, length, dm, [&](Engine& e) -> mem::Mr* {
+    if (dm->dead) {  // ibv_free_dm is under way
+      errno = EINVAL;
+      return nullptr;
+    }
     return e.reg_dm_mr(pd_of(pd), dm->mem + offset, length, required_access(access));
   });
 }
@@ -505,7 +511,10 @@ void deliver_cq_events(Runtime* rt) {
     rt->armed[i] = rt->armed.back();
     rt->armed.pop_back();
     auto* ch = reinterpret_cast<UChannel*>(cq->ibv.channel);
-    const CqEvent ev{&cq->ibv, cq->handle};
+    CqEvent ev;
+    std::memset(&ev, 0, sizeof ev);  // no uninitialised padding into the pipe
+    ev.cq = &cq->ibv;
+    ev.handle = cq->handle;
     // A full pipe means the application stopped reading events: this one is dropped.
     if (ch != nullptr && write(ch->wfd, &ev, sizeof ev) != sizeof ev) {
     }

@@ -111,8 +111,11 @@ struct Runtime {
   /// Joins (or leaves) multicast group `g` on the interface through the kernel, as rdma_rxe
   /// has the kernel do: the kernel sends the IGMP / MLD reports that tell switches doing
   /// IGMP snooping to forward the group here (the port itself takes every multicast frame).
-  /// Best effort, on the quiet sockets (under emu: the engine calls it).
+  /// On UDP sockets of its own (`mc_fds`; Linux allows 20 IPv4 groups per socket), under
+  /// emu: the engine calls it. Nothing without a Linux interface (devargs ports).
   void kernel_membership(const wire::Gid& g, bool join);
+  std::vector<int> mc_fds;                        // sockets holding memberships (IPv4, IPv6)
+  std::vector<std::pair<wire::Gid, int>> mc_joined;  // each joined group and its socket
   /// Runs one engine pass unless another thread is running one: returns false then. With
   /// `posted`, new work is waiting: if the engine is busy, its holder runs another pass
   /// before letting go, so the work is never left behind.

@@ -359,21 +359,53 @@ void say_goodbye(Runtime* rt) {
 }  // namespace
 
 void Runtime::kernel_membership(const wire::Gid& g, bool join) {
-  const unsigned ifindex = link_iface.empty() ? 0 : if_nametoindex(link_iface.c_str());
-  if (wire::is_ipv4_mapped(g)) {
-    if (quiet_fd < 0) return;
-    ip_mreqn m{};
-    std::memcpy(&m.imr_multiaddr, g.data() + 12, 4);
-    m.imr_ifindex = static_cast<int>(ifindex);
-    setsockopt(quiet_fd, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m, sizeof m);
-  } else {
-    if (quiet6_fd < 0) return;
+  const bool v4 = wire::is_ipv4_mapped(g);
+  auto set = [&](int fd, bool add) {
+    if (v4) {
+      ip_mreqn m{};
+      std::memcpy(&m.imr_multiaddr, g.data() + 12, 4);
+      m.imr_ifindex = static_cast<int>(if_nametoindex(link_iface.c_str()));
+      return setsockopt(fd, IPPROTO_IP, add ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP, &m,
+                        sizeof m) == 0;
+    }
     ipv6_mreq m{};
     std::memcpy(&m.ipv6mr_multiaddr, g.data(), 16);
-    m.ipv6mr_interface = ifindex;
-    setsockopt(quiet6_fd, IPPROTO_IPV6, join ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP, &m,
-               sizeof m);
+    m.ipv6mr_interface = if_nametoindex(link_iface.c_str());
+    return setsockopt(fd, IPPROTO_IPV6, add ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP, &m,
+                      sizeof m) == 0;
+  };
+  auto held = std::find_if(mc_joined.begin(), mc_joined.end(),
+                           [&](const auto& j) { return j.first == g; });
+  if (!join) {
+    if (held == mc_joined.end()) return;
+    set(held->second, false);
+    mc_joined.erase(held);
+    return;
   }
+  if (link_iface.empty() || held != mc_joined.end()) return;
+  const int family = v4 ? AF_INET : AF_INET6;
+  for (int fd : mc_fds) {  // a socket of the family with room left (ENOBUFS: it is full)
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && ss.ss_family == family &&
+        set(fd, true)) {
+      mc_joined.emplace_back(g, fd);
+      return;
+    }
+  }
+  const int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && set(fd, true)) {
+    mc_fds.push_back(fd);
+    mc_joined.emplace_back(g, fd);
+    return;
+  }
+  const int e = errno;
+  if (fd >= 0) close(fd);
+  std::fprintf(stderr,
+               "uroce: %s: the kernel could not join multicast group %s on %s (%s): switches "
+               "doing IGMP/MLD snooping may not forward it here\n",
+               dev->cfg.name.c_str(), wire::to_string(g).c_str(), link_iface.c_str(),
+               std::strerror(e));
 }
 
 namespace {
@@ -387,6 +419,7 @@ void teardown(Runtime* rt) {
   say_goodbye(rt);
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
   if (rt->quiet6_fd >= 0) close(rt->quiet6_fd);
+  for (int fd : rt->mc_fds) close(fd);  // the kernel leaves their groups
   if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
   if (rt->link_fd >= 0) close(rt->link_fd);
   if (rt->wake_fd >= 0) close(rt->wake_fd);

@@ -280,6 +280,32 @@ TEST(Multicast, AttachRules) {
   EXPECT_EQ(e.attach_mcast(make_qp(m.p.b, o), m.group), ENOMEM);
 }
 
+TEST(Multicast, TheInterfaceJoinsAGroupWithItsFirstQpAndLeavesItWithItsLast) {
+  // What the provider joins on the interface (IGMP / MLD) follows the groups exactly; a QP
+  // destroyed while in two groups leaves only the one it was alone in.
+  McastGroup m;  // group 239.1.2.3: QPs 0, 1, 2 attached before the listener
+  Engine& e = *m.p.b.engine;
+  std::vector<std::pair<wire::Gid, bool>> changes;
+  e.on_group_change([&](const wire::Gid& g, bool join) { changes.emplace_back(g, join); });
+  const wire::Gid other = wire::ipv4_mapped_gid({239, 9, 9, 9});
+  const wire::Gid third = wire::ipv4_mapped_gid({239, 9, 9, 10});
+  ASSERT_EQ(e.attach_mcast(m.qb[3], other), 0);  // QP 3 alone in `other`
+  ASSERT_EQ(e.attach_mcast(m.qb[3], third), 0);  // and with QP 0 in `third`, made after it
+  ASSERT_EQ(e.attach_mcast(m.qb[0], third), 0);
+  ASSERT_EQ(e.attach_mcast(m.qb[3], m.group), 0);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], std::make_pair(other, true));
+  EXPECT_EQ(changes[1], std::make_pair(third, true));
+  ASSERT_EQ(e.destroy_qp(m.qb[3]), 0);  // only `other` loses its last QP
+  ASSERT_EQ(changes.size(), 3u);
+  EXPECT_EQ(changes[2], std::make_pair(other, false));
+  ASSERT_EQ(e.detach_mcast(m.qb[0], third), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(e.detach_mcast(m.qb[i], m.group), 0);
+  ASSERT_EQ(changes.size(), 5u);
+  EXPECT_EQ(changes[3], std::make_pair(third, false));
+  EXPECT_EQ(changes[4], std::make_pair(m.group, false));
+}
+
 TEST(Uc, LostPacketLosesOnlyItsMessage) {
   // Drop exactly the second packet on the wire: the 3-packet first message is lost (its
   // receive WQE is reused), the second message arrives whole.

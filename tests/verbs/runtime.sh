@@ -18,6 +18,7 @@ second=${ns}b
 [ "$1" = "failed" ] && second=${ns}none
 printf '[uroce0]\niface = %s\n[uroce1]\niface = %s\n' "${ns}a" "$second" >"$dir/uroce.conf"
 [ "$1" = "link" ] && set -- link "${ns}a"  # the interface the program takes down and up
+[ "$1" = "mcast" ] && set -- mcast "${ns}a"  # the interface whose memberships it checks
 reap=0
 if [ "$1" = "reap" ]; then
   reap=1

@@ -18,6 +18,9 @@
  *   cqevents   a completion event that was never read dies with its CQ: after the CQ is
  *              destroyed, a new CQ on the same channel (at the same address, as malloc
  *              hands it out) reads no event that was not its own (issue 22, bug 1)
+ *   mcast IFACE a UD QP attached to 25 IPv4 multicast groups (more than the 20 one Linux
+ *              socket may hold) has the kernel join every one on IFACE, and detached, leave
+ *              them all
  *   link IFACE the interface goes down and comes back with another MTU: PORT_ERR and
  *              PORT_ACTIVE on every context, ibv_query_port's state and active MTU follow
  *   passive UROCE  a device no application thread ever drives (uroce1) takes WRITEs: its
@@ -694,6 +697,53 @@ static int mode_cqevents(void) {
   return 0;
 }
 
+/* The interface's IPv4 memberships in 239.5.0.0/24, as `ip maddr` lists them. */
+static int groups_on(const char* iface) {
+  char cmd[160], line[256];
+  snprintf(cmd, sizeof cmd, "ip -4 maddr show dev %s", iface);
+  FILE* f = popen(cmd, "r");
+  CHECK(f != NULL, "popen %s", cmd);
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, "239.5.0.") != NULL;
+  CHECK(pclose(f) == 0, "%s failed", cmd);
+  return n;
+}
+
+static int mode_mcast(const char* iface) {
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  struct ibv_pd* pd = ibv_alloc_pd(c);
+  struct ibv_cq* cq = ibv_create_cq(c, 16, NULL, NULL, 0);
+  struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+                                .cap = {.max_send_wr = 4, .max_recv_wr = 4,
+                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp* qp = pd && cq ? ibv_create_qp(pd, &qa) : NULL;
+  CHECK(qp != NULL, "UD QP: errno %d", errno);
+  union ibv_gid g = {.raw = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 5, 0, 0}};
+  CHECK(groups_on(iface) == 0, "239.5.0.x joined before any attach");
+  for (int i = 1; i <= 25; ++i) {
+    g.raw[15] = (uint8_t)i;
+    CHECK(ibv_attach_mcast(qp, &g, 0) == 0, "attach 239.5.0.%d", i);
+  }
+  CHECK(ibv_attach_mcast(qp, &g, 0) == 0, "attach 239.5.0.25 again");
+  int n = groups_on(iface);
+  CHECK(n == 25, "%d of 25 groups joined on %s", n, iface);
+  for (int i = 1; i <= 25; ++i) {
+    g.raw[15] = (uint8_t)i;
+    CHECK(ibv_detach_mcast(qp, &g, 0) == 0, "detach 239.5.0.%d", i);
+  }
+  CHECK(ibv_detach_mcast(qp, &g, 0) == EINVAL, "a second detach should be EINVAL");
+  n = groups_on(iface);
+  CHECK(n == 0, "%d groups still joined after the last detach", n);
+  g.raw[12] = 10;  /* 10.5.0.25: not a group */
+  CHECK(ibv_attach_mcast(qp, &g, 0) == EINVAL, "attaching a unicast GID should be EINVAL");
+  printf("ok: 25 multicast groups joined on %s and left again\n", iface);
+  CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0,
+        "teardown");
+  CHECK(ibv_close_device(c) == 0, "ibv_close_device");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char* m = argc > 1 ? argv[1] : "";
@@ -708,10 +758,11 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "fork")) return mode_fork();
   if (!strcmp(m, "exit")) return mode_exit();
   if (!strcmp(m, "cqevents")) return mode_cqevents();
+  if (!strcmp(m, "mcast") && argc > 2) return mode_mcast(argv[2]);
   if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
-          "cqevents|link IFACE|passive UROCE\n",
+          "cqevents|mcast IFACE|link IFACE|passive UROCE\n",
           argv[0]);
   return 2;
 }

@@ -34,6 +34,9 @@ for ns in "$a" "$b"; do
   ip -n "$ns" link set ubn0 mtu 9000 up
 done
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# The CPU share /usr/bin/time wrote to FILE (its last line: a failed command's note comes
+# first), 0 if none.
+cpu_of() { local v; v=$(tail -n 1 "$1" 2>/dev/null | tr -d '%'); [[ $v =~ ^[0-9]+$ ]] && echo "$v" || echo 0; }
 
 # Each run prints "value server_cpu% client_cpu%".
 # perftest over uroce: COLUMN of the result line (4: MB/s average, 5: Mpps / usec typical).
@@ -48,7 +51,7 @@ perftest() {
   wait "$server"
   local v
   v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
-  echo "${v:-0} $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+  echo "${v:-0} $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
 # iperf3 (one test per server): WHAT = tcp_MBps | udp_pps | udp_MBps; ARGS for the client.
 iperf() {
@@ -72,7 +75,7 @@ else:
           else round(got * s["bytes"] / max(s["packets"], 1) / s["seconds"] / 1e6, 1))
 PY
 )
-  echo "$v $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+  echo "$v $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
 # qperf: TEST (tcp_lat / udp_lat), one-way latency of 8-byte messages in us.
 qperf_lat() {
@@ -89,7 +92,7 @@ qperf_lat() {
   wait "$server" 2>/dev/null || true
   local v
   v=$(awk '/latency/ {x = $3; if ($4 == "ms") x *= 1000; if ($4 == "ns") x /= 1000; print x}' "$tmp/c.out")
-  echo "${v:-0} $(tail -1 "$tmp/s.cpu" | tr -d '%') $(tr -d '%' < "$tmp/c.cpu")"
+  echo "${v:-0} $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
 
 # An idle uroce process: perftest's server with its device open and its QP created, waiting
@@ -134,7 +137,7 @@ ucx() {
   wait "$server" || true
   local v
   v=$(awk -v c="$col" '/^Final:/ {print $c}' "$tmp/c.out")
-  echo "${v:-0} $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+  echo "${v:-0} $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
 # Open MPI's ping-pong, one rank per namespace (mpirun in A, its PMIx server on A's end of the
 # link): SIZE (a line of mpi_pingpong's output) COLUMN (3: us, 5: MB/s) MCA-ARGS... CPU: the
@@ -152,7 +155,7 @@ mpi() {
   local v cpu
   v=$(awk -v s="$size" -v c="$col" '$1 == s && $2 == "bytes:" {gsub(",", "", $c); print $c}' "$tmp/c.out")
   grep -q "^verified" "$tmp/c.out" || v=0
-  cpu=$(tr -d '%' < "$tmp/c.cpu")
+  cpu=$(cpu_of "$tmp/c.cpu")
   echo "${v:-0} $((cpu / 2)) $((cpu / 2))"
 }
 mpi_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.91.0.0/24)
@@ -173,7 +176,7 @@ memif() {
   wait "$server" || true
   local v
   v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
-  echo "${v:-0} $(tr -d '%' < "$tmp/s.cpu") $(tr -d '%' < "$tmp/c.cpu")"
+  echo "${v:-0} $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
 memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" | awk '{print $2}') 100 0"; }
 
