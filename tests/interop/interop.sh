@@ -156,6 +156,13 @@ timeout $CASE_TIMEOUT $cmd &
 p=\$!
 ( while kill -0 \$p 2>/dev/null; do [ -e /host/job.$n.cancel ] && kill \$p; sleep 0.2; done ) &
 EOF
+  # mckey's receiver listens on no port: it is ready once eth0 has joined its group.
+  case $port in mc:*) cat <<EOF
+for i in \$(seq 600); do ip maddr show dev eth0 | grep -qw '${port#mc:}' && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
+touch /host/job.$n.listening
+EOF
+    echo 'wait $p'; return ;;
+  esac
   [ "$port" = 0 ] || cat <<EOF
 for i in \$(seq 600); do ss -Hltn 'sport = :$port' | grep -q . && break; rdma res show cm_id 2>/dev/null | grep -Eq "LISTEN.*:$port( |\\\$)" && break; kill -0 \$p 2>/dev/null || break; sleep 0.05; done
 touch /host/job.$n.listening
@@ -221,6 +228,7 @@ cm_write_bw|k2u|ib_write_bw -R -s 65536 -n 100||
 cm_read_lat|k2u|ib_read_lat -R -s 64 -n 200||
 lossy5_cm_rping|both|rping -C 100 -S 4000 -v -V|loss 5%|loss=0.05,seed=31
 lossy5_cm_send_bw|both|ib_send_bw -R -s 4096 -n 300|loss 5%|loss=0.05,seed=32
+mc_mckey|both|mckey -C 20 -S 1000||
 EOF
 )
 
@@ -243,6 +251,11 @@ result_line() {  # the figure a program prints (pingpong: "iters in"; perftest: 
   pings=$(grep -c '^ping data: rdma-ping-' "$1" || true)  # rping -c -v: one line per ping
   # (-V: rping compares what came back and fails on a difference)
   if [ "$pings" -gt 0 ]; then echo "$pings pings verified"; return; fi
+  # mckey: its receiver finishes only once every datagram it posted for has arrived.
+  if grep -q '^receiving data transfers' "$1" && grep -q '^data transfers complete' "$1"; then
+    echo "mckey: every datagram received"; return; fi
+  if grep -q '^initiating data transfers' "$1" && grep -q '^data transfers complete' "$1"; then
+    echo "mckey: every datagram sent"; return; fi
   grep -E 'iters in|^ +[0-9]+ +[0-9]+ +[0-9.]+|verified' "$1" | tail -1 | tr -s ' \t' ' ' || true
 }
 
@@ -276,10 +289,20 @@ cmd_case() {
     else
       uargs="$prog -s -a $srv -p $port"; gargs="$prog -c -a $srv -p $port"
     fi
+  elif [ "$tool" = mckey ]; then
+    # Multicast: the "server" receives, the "client" sends (-s); each binds its own address.
+    local group=239.78.0.$((n % 250 + 1))
+    if [ "$dir" = u2k ]; then
+      uargs="$prog -s -m $group -b $HOST_IP"; gargs="$prog -m $group -b $VM_IP"
+    else
+      uargs="$prog -m $group -b $HOST_IP"; gargs="$prog -s -m $group -b $VM_IP"
+    fi
+    port=mc:$group
   else
     uargs="$prog -d uroce0 -g 1 -p $port"; gargs="$prog -d rxe0 -g \$RXE_GID -p $port"
   fi
-  local client_addr=1; [ "$tool" = rping ] && client_addr=""  # rping names it with -a
+  local client_addr=1  # rping and mckey name addresses with options
+  case "$tool" in rping|mckey) client_addr="" ;; esac
   say "$want: uroce $([ "$dir" = u2k ] && echo client || echo server) ↔ rdma_rxe $([ "$dir" = u2k ] && echo server || echo client)${netem:+, guest netem $netem}${fault:+, uroce fault $fault}"
   local urc=0 grc=0
   if [ "$dir" = u2k ]; then
@@ -308,7 +331,15 @@ cmd_case() {
     # shellcheck disable=SC2086
     uroce_cmd "$fault" "$pcap" $uargs > "$ulog" 2>&1 &
     local up=$!
-    wait_listen $NS "$port" "$up" || true  # if it died, the kernel client reports the failure
+    if [ "$tool" = mckey ]; then  # ready once its interface joined the group
+      for _ in $(seq 400); do
+        ip netns exec $NS ip maddr show dev $VETH | grep -qw "${port#mc:}" && break
+        kill -0 "$up" 2>/dev/null || break
+        sleep 0.05
+      done
+    else
+      wait_listen $NS "$port" "$up" || true  # if it died, the kernel client reports the failure
+    fi
     guest_job "$n" "$(guest_script "$n" "$gargs${client_addr:+ $HOST_IP}" 0)"
     guest_wait "$n" || grc=$?
     [ $grc -eq 0 ] || kill "$up" 2>/dev/null || true  # a failed client leaves the server waiting
