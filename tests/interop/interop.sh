@@ -359,7 +359,10 @@ cmd_case() {
     echo "FAIL: $want: $bad"
     echo "--- uroce side ($ulog):"; tail -30 "$ulog"
     echo "--- kernel side ($glog):"; tail -30 "$glog"
-    echo "--- capture of uroce's side: $pcap"
+    # A retry that passes deletes $pcap: the failed run's capture is kept under its own name.
+    local kept="${pcap%.pcap}.failed-$n.pcap"
+    cp "$pcap" "$kept" 2>/dev/null || kept="(none written)"
+    echo "--- capture of uroce's side: $kept"
     # A failed case can leave the guest's rdma_rxe unusable: seen after lossy5_send_bw (about
     # 1 run in 10), guest programs then hung and every later case failed. The next case (or
     # this one's retry, tools/test.sh) gets a freshly booted guest.
