@@ -324,6 +324,12 @@ void Engine::receive(Frame* f) {
   port_.free_frame(f);
 }
 
+bool Engine::pkey_matches(uint16_t pkey) {
+  // The low 15 bits must match ours (0xFFFF), and at least one side must be a full member.
+  constexpr uint16_t kMine = 0xFFFF;
+  return (pkey & 0x7FFF) == (kMine & 0x7FFF) && ((pkey | kMine) & 0x8000) != 0;
+}
+
 bool Engine::validate(const ParsedPacket& p, Qp** out) {
   const RoceHeaders& h = p.hdr;
   // Addressed to us?
@@ -366,9 +372,7 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
     counters_.inc(Counter::rx_drop_qp_state);
     return false;
   }
-  // P_Key: the low 15 bits must match, and at least one side must be a full member.
-  const uint16_t mine = 0xFFFF;
-  if ((h.bth.pkey & 0x7FFF) != (mine & 0x7FFF) || ((h.bth.pkey | mine) & 0x8000) == 0) {
+  if (!pkey_matches(h.bth.pkey)) {
     counters_.inc(Counter::rx_drop_bad_pkey);
     return false;
   }

@@ -325,6 +325,7 @@ class Engine {
   void responder(Qp* qp, const wire::ParsedPacket& p);
   void ud_receive(Qp* qp, const wire::ParsedPacket& p);
   void mcast_receive(const wire::ParsedPacket& p);
+  static bool pkey_matches(uint16_t pkey);  // a packet's P_Key against our partition
   void execute_request(Qp* qp, const wire::ParsedPacket& p);
   void duplicate_request(Qp* qp, const wire::ParsedPacket& p);
   bool take_rwqe(Qp* qp);

@@ -316,8 +316,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
             reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
             return;
           }
-          const mem::Mr* mr = mrs_.find(qp->write_rkey);
-          if (mr == nullptr || (mr->access & IBV_ACCESS_ON_DEMAND)) host = nullptr;
+          host = nullptr;  // the first packet's bytes are checked (and faulted in) below
         }
       }
       if (len > qp->write_left) {
@@ -633,8 +632,7 @@ void Engine::mcast_receive(const ParsedPacket& p) {
     counters_.inc(Counter::rx_drop_qp_type);  // only UD datagrams are multicast
     return;
   }
-  const uint16_t mine = 0xFFFF;
-  if ((h.bth.pkey & 0x7FFF) != (mine & 0x7FFF) || ((h.bth.pkey | mine) & 0x8000) == 0) {
+  if (!pkey_matches(h.bth.pkey)) {
     counters_.inc(Counter::rx_drop_bad_pkey);
     return;
   }

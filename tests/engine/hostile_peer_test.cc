@@ -82,6 +82,13 @@ class HostilePeer : public Responder {
   // Small per-poll budget, so that a READ's responses span several polls.
   void configure(EngineConfig& cfg) override { cfg.qp_budget = 4; }
   uint64_t count(Counter c) const { return engine->counters()[c]; }
+  /// The responder answered with one remote access NAK at `psn` and its QP is in error.
+  void expect_access_nak(const std::vector<ParsedPacket>& out, uint32_t psn) {
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+    EXPECT_EQ(out[0].hdr.bth.psn, psn);
+    EXPECT_EQ(qp->state, IBV_QPS_ERR);
+  }
   /// A fresh QP in RTS for the next attack (the last one ended in the error state).
   void fresh_qp() {
     QpOptions o;
@@ -204,11 +211,7 @@ TEST_F(HostilePeer, WriteRacingDeregStopsAtTheNextPacket) {
   region.revoke();
   for (uint32_t i = 2; i < 7; ++i) send(opcode::kRcWriteMiddle, kEpsn + i, chunk, {}, false);
   send(opcode::kRcWriteLast, kEpsn + 7, chunk);
-  auto out = step();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
-  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 2);
-  EXPECT_EQ(qp->state, IBV_QPS_ERR);
+  expect_access_nak(step(), kEpsn + 2);
   EXPECT_EQ(count(Counter::access_revoked), 1u);
   region.restore();
   EXPECT_EQ(region.count(0x11), 2048u);  // exactly the two packets before the dereg
@@ -363,17 +366,13 @@ TEST_F(HostilePeer, TheImplicitOnDemandKeyMeetsAClosedPageAsAnAccessError) {
   send(opcode::kRcWriteMiddle, kEpsn + 1, chunk, {}, false);
   send(opcode::kRcWriteMiddle, kEpsn + 2, chunk, {}, false);
   send(opcode::kRcWriteLast, kEpsn + 3, chunk);
-  auto out = step();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
-  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 2);
-  EXPECT_EQ(qp->state, IBV_QPS_ERR);
+  expect_access_nak(step(), kEpsn + 2);
   EXPECT_EQ(region.count(0x33), 2048u);
   // A READ of a closed page through the same key: a NAK, and no byte of it sent.
   fresh_qp();
   region.revoke();
   send(opcode::kRcReadRequest, kEpsn, {}, reth_at(region.va(), m->key, 64));
-  out = step();
+  const auto out = step();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
   region.restore();
