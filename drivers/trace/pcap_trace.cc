@@ -11,12 +11,14 @@ uint16_t PcapTrace::rx_burst(uint64_t now_ns, std::span<Frame*> out) {
   const uint16_t n = inner_.rx_burst(now_ns, out);
   for (uint16_t i = 0; i < n; ++i) record(now_ns, out[i]);
   rx_recorded_ += ok() ? n : 0;
+  if (n != 0) writer_.flush();  // per burst: a process that is killed leaves a whole trace
   return n;
 }
 
 uint16_t PcapTrace::tx_burst(uint64_t now_ns, std::span<Frame* const> frames) {
   for (const Frame* f : frames) record(now_ns, f);
   tx_recorded_ += ok() ? frames.size() : 0;
+  if (!frames.empty()) writer_.flush();
   return inner_.tx_burst(now_ns, frames);
 }
 

@@ -7,7 +7,8 @@
 // again when the caller offers it again: the trace is what was offered to the wire.
 //
 // If the file cannot be created, ok() is false, error() says why, and the decorator still
-// forwards traffic (without recording). The file is flushed on destruction.
+// forwards traffic (without recording). Each burst's records are written out before the
+// call returns, so that a process killed mid-run (a hung case's timeout) leaves its trace whole.
 #pragma once
 
 #include <cstdint>

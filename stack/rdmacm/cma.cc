@@ -5,7 +5,9 @@
 // synchronous mode (an id without a channel), rdma_getaddrinfo and rdma_create_ep. The
 // kernel's rdma_ucm part (ports, MADs, timers) is the provider's.
 //
-// Not supported (EOPNOTSUPP): ECE, rsockets.
+// rsockets are in rsocket.cc.
+//
+// Not supported (EOPNOTSUPP): ECE.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
@@ -1012,39 +1014,5 @@ int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
 
 int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
 int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
-
-// rsockets: not built. The calls exist so that programs linked with them still load.
-int rsocket(int, int, int) { return fail(EOPNOTSUPP); }
-int rbind(int, const sockaddr*, socklen_t) { return fail(EOPNOTSUPP); }
-int rlisten(int, int) { return fail(EOPNOTSUPP); }
-int raccept(int, sockaddr*, socklen_t*) { return fail(EOPNOTSUPP); }
-int rconnect(int, const sockaddr*, socklen_t) { return fail(EOPNOTSUPP); }
-int rshutdown(int, int) { return fail(EOPNOTSUPP); }
-int rclose(int) { return fail(EOPNOTSUPP); }
-ssize_t rrecv(int, void*, size_t, int) { return fail(EOPNOTSUPP); }
-ssize_t rrecvfrom(int, void*, size_t, int, sockaddr*, socklen_t*) { return fail(EOPNOTSUPP); }
-ssize_t rrecvmsg(int, msghdr*, int) { return fail(EOPNOTSUPP); }
-ssize_t rsend(int, const void*, size_t, int) { return fail(EOPNOTSUPP); }
-ssize_t rsendto(int, const void*, size_t, int, const sockaddr*, socklen_t) {
-  return fail(EOPNOTSUPP);
-}
-ssize_t rsendmsg(int, const msghdr*, int) { return fail(EOPNOTSUPP); }
-ssize_t rread(int, void*, size_t) { return fail(EOPNOTSUPP); }
-ssize_t rreadv(int, const iovec*, int) { return fail(EOPNOTSUPP); }
-ssize_t rwrite(int, const void*, size_t) { return fail(EOPNOTSUPP); }
-ssize_t rwritev(int, const iovec*, int) { return fail(EOPNOTSUPP); }
-int rpoll(pollfd*, nfds_t, int) { return fail(EOPNOTSUPP); }
-int rselect(int, fd_set*, fd_set*, fd_set*, timeval*) { return fail(EOPNOTSUPP); }
-int rgetpeername(int, sockaddr*, socklen_t*) { return fail(EOPNOTSUPP); }
-int rgetsockname(int, sockaddr*, socklen_t*) { return fail(EOPNOTSUPP); }
-int rsetsockopt(int, int, int, const void*, socklen_t) { return fail(EOPNOTSUPP); }
-int rgetsockopt(int, int, int, void*, socklen_t*) { return fail(EOPNOTSUPP); }
-int rfcntl(int, int, ...) { return fail(EOPNOTSUPP); }
-off_t riomap(int, void*, size_t, int, int, off_t) { return fail(EOPNOTSUPP); }
-int riounmap(int, void*, size_t) { return fail(EOPNOTSUPP); }
-size_t riowrite(int, const void*, size_t, off_t, int) {
-  errno = EOPNOTSUPP;
-  return 0;
-}
 
 }  // extern "C"

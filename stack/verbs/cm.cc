@@ -31,6 +31,7 @@
 
 #include "cm/cm.h"
 #include "verbs/provider.h"
+#include "util/sys.h"
 #include "verbs/uroce_cm_abi.h"
 
 namespace uroce::verbs {
@@ -121,8 +122,13 @@ int reserve_port(uint16_t ps, cm::Endpoint* ep) {
   to_sockaddr(*ep, &ss);
   const bool v6 = ss.ss_family == AF_INET6;
   const int type = ps == wire::kRdmaPsUdp ? SOCK_DGRAM : SOCK_STREAM;
-  const int fd = socket(v6 ? AF_INET6 : AF_INET, type | SOCK_CLOEXEC, 0);
+  const int fd = util::kernel_socket(v6 ? AF_INET6 : AF_INET, type | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
+  // The kernel's rdma_cm has port spaces of its own, apart from TCP's: a TCP connection that
+  // used the port and lingers in TIME_WAIT (a server run over TCP just before, as rsockets
+  // users switch) must not hold it. A port another socket listens on stays taken.
+  const int one = 1;
+  if (type == SOCK_STREAM) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   const socklen_t len = v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     const int e = errno;
@@ -533,12 +539,13 @@ int listen_on(uint64_t h, ibv_context** devs, int n, int backlog) {
 }  // namespace
 
 int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
-  if (const int r = listen_on(h, devs, n, backlog); r != 0) return r;
-  // Once the CM listens, the reservation listens too (TCP port spaces): `ss -ltn` then shows
-  // who has the port, and that requests for it are taken.
+  // The reservation listens too (TCP port spaces): `ss -ltn` then shows who has the port, and
+  // of two processes bound to one port (SO_REUSEADDR, reserve_port) only one may listen.
   IdRec rec;
-  if (lookup(h, &rec) && rec.ps != wire::kRdmaPsUdp) listen(rec.port_fd, 1);
-  return 0;
+  if (lookup(h, &rec) && rec.ps != wire::kRdmaPsUdp && rec.port_fd >= 0 &&
+      listen(rec.port_fd, 1) != 0)
+    return errno;
+  return listen_on(h, devs, n, backlog);
 }
 
 namespace {

@@ -29,6 +29,7 @@
 #include "dpdk/dpdk_port.h"
 #include "fault/fault_injector.h"
 #include "trace/pcap_trace.h"
+#include "util/sys.h"
 #include "verbs/provider.h"
 #include "wire/udp.h"
 
@@ -54,7 +55,7 @@ int silence_kernel(const config::DeviceConfig& dc, bool ipv6) {
   if (!ipv6 && !dc.ipv4) return -1;
   sock_filter drop_all = {BPF_RET | BPF_K, 0, 0, 0};
   sock_fprog prog = {1, &drop_all};
-  const int fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const int fd = util::kernel_socket(ipv6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -96,7 +97,7 @@ uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
   const std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
   *claim_fd = -1;
   for (uint32_t n = 0; n < 64; ++n) {
-    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const int fd = util::kernel_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) break;
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -395,7 +396,7 @@ void Runtime::kernel_membership(const wire::Gid& g, bool join) {
       return;
     }
   }
-  const int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const int fd = util::kernel_socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd >= 0 && set(fd, true)) {
     mc_fds.push_back(fd);
     mc_joined.emplace_back(g, fd);
@@ -510,7 +511,7 @@ Runtime* open_runtime(Device* d) {
   rt->quiet_fd = silence_kernel(dc, false);
   rt->quiet6_fd = silence_kernel(dc, true);
   if (!dc.iface.empty() && dc.iface.size() < IFNAMSIZ) {  // net_tap by devargs: not watched
-    rt->link_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    rt->link_fd = util::kernel_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     rt->link_iface = dc.iface;
     rt->watch_link(now_ns(), /*initial=*/true);  // no thread runs the engine yet
   }

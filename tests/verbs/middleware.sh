@@ -2,8 +2,9 @@
 # The middleware applications reach RDMA through, unmodified, under `uroce run` between two
 # network namespaces joined by a veth pair: UCX (its UCT transports rc_verbs and ud_verbs,
 # and UCP's tag matching with rendezvous, which Open MPI and MPICH use), libfabric's verbs
-# provider (msg, rdm over ofi_rxd, dgram), librdmacm's rdma_xserver/xclient, and Open MPI and
-# MPICH over UCX (a byte-checking ping-pong, one rank per namespace). Each case checks exit
+# provider (msg, rdm over ofi_rxd, dgram), librdmacm's rdma_xserver/xclient and rsockets
+# (rstream, riostream, and iperf3 through librspreload with the link checked to carry RoCE
+# only), and Open MPI and MPICH over UCX (a byte-checking ping-pong, one rank per namespace). Each case checks exit
 # codes and that the program printed its figures.
 # Usage: middleware.sh UROCE. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
@@ -79,6 +80,46 @@ fab -p verbs -e dgram
 
 # librdmacm's example with inline data on a QP created with max_inline_data 0.
 pair "rdma_xserver / rdma_xclient" 7471 "end 0" rdma_xserver -- rdma_xclient -s "$srv"
+
+# rsockets (librdmacm's sockets over RDMA): rstream with blocking calls, then with rpoll and
+# non-blocking calls, and riostream (riomap/riowrite); each verifies the data it receives.
+pair "rstream" 7471 "^custom " rstream -T v -S 65536 -C 500 -- rstream -s "$srv" -T v -S 65536 -C 500
+pair "rstream rpoll non-blocking" 7471 "^custom " rstream -T v -T a -T n -S 4096 -C 2000 -- \
+  rstream -s "$srv" -T v -T a -T n -S 4096 -C 2000
+pair "riostream" 7471 "^custom " riostream -T v -S 65536 -C 10 -I 20 -- \
+  riostream -s "$srv" -T v -S 65536 -C 10 -I 20
+# The same port over the kernel's TCP just before (rstream -T s): its TIME_WAIT must not keep
+# the rdma_cm port (the kernel's rdma_cm has port spaces of its own)...
+pair "rstream over the kernel's TCP" 7471 "^custom " rstream -T s -S 4096 -C 10 -- \
+  rstream -s "$srv" -T s -S 4096 -C 10
+pair "rstream right after" 7471 "^custom " rstream -S 4096 -C 10 -- rstream -s "$srv" -S 4096 -C 10
+# ...while a port a process listens on stays its own: a second listener gets EADDRINUSE.
+run_in "$nsB" "${tag}vb" rstream -S 4096 -C 10 >"$dir/server.log" 2>&1 &
+first=$!
+wait_listen "$nsB" 7471 "$first" || { cat "$dir/server.log"; exit 1; }
+if run_in "$nsB" "${tag}vb" rstream -S 4096 -C 10 >"$dir/second.log" 2>&1 \
+   || ! grep -Eq "r(bind|listen): Address already in use" "$dir/second.log"; then
+  echo "FAIL: a second rstream server on the port did not get EADDRINUSE"; cat "$dir/second.log"; exit 1
+fi
+run_in "$nsA" "${tag}va" rstream -s "$srv" -S 4096 -C 10 >"$dir/client.log" 2>&1 \
+  || { echo "FAIL: the first server stopped answering"; cat "$dir/client.log"; exit 1; }
+wait "$first" || { echo "FAIL: the first server"; cat "$dir/server.log"; exit 1; }
+echo "ok: a second server on the port: $(grep -E "Address already in use" "$dir/second.log"); the first serves on"
+# An unmodified TCP program through rdma-core's librspreload: iperf3. librspreload falls back to
+# the kernel's TCP without a word when rsocket() fails, so the link must carry RoCE, no TCP.
+preload=$(ls /usr/lib/*/rsocket/librspreload.so 2>/dev/null | head -1)
+[ -n "$preload" ] || { echo "FAIL: librspreload.so not found (librdmacm1)"; exit 1; }
+ip netns exec "$nsB" tcpdump -i "${tag}vb" -s 96 -w "$dir/rspreload.pcap" >/dev/null 2>&1 &
+dump=$!
+for _ in $(seq 100); do [ -s "$dir/rspreload.pcap" ] && break; sleep 0.05; done
+pair "iperf3 through librspreload" 5201 "receiver$" env LD_PRELOAD="$preload" iperf3 -s -1 -- \
+  env LD_PRELOAD="$preload" iperf3 -c "$srv" -t 2
+sleep 0.2; kill "$dump"; wait "$dump" 2>/dev/null || true
+tcp=$(tcpdump -r "$dir/rspreload.pcap" tcp 2>/dev/null | wc -l)
+roce=$(tcpdump -r "$dir/rspreload.pcap" udp dst port 4791 2>/dev/null | wc -l)
+[ "$tcp" -eq 0 ] && [ "$roce" -gt 1000 ] \
+  || { echo "FAIL: iperf3 through librspreload: $tcp TCP and $roce RoCE frames on the link"; exit 1; }
+echo "ok: iperf3 through librspreload: $roce RoCE frames and no TCP on the link"
 
 # MPI over UCX: a ping-pong that checks every byte (tests/verbs/mpi_pingpong.c, 1 B to 4 MiB,
 # eager and rendezvous), one rank per "node": the launcher runs in the host's namespace and
