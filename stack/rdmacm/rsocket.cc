@@ -239,7 +239,12 @@ void free_rs(Rs* rs) {
   free(rs->land);
   if (rs->pd != nullptr) ibv_dealloc_pd(rs->pd);
   if (rs->id != nullptr) rdma_destroy_id(rs->id);
-  if (rs->ch != nullptr) rdma_destroy_event_channel(rs->ch);
+  if (rs->ch != nullptr) {
+    // rdma_destroy_event_channel keeps the struct (a program's other thread may still be on
+    // its way into rdma_get_cm_event on it); nobody else knows an rsocket's channel.
+    rdma_destroy_event_channel(rs->ch);
+    delete rs->ch;
+  }
   delete rs;
 }
 

@@ -112,8 +112,10 @@ preload=$(ls /usr/lib/*/rsocket/librspreload.so 2>/dev/null | head -1)
 ip netns exec "$nsB" tcpdump -i "${tag}vb" -s 96 -w "$dir/rspreload.pcap" >/dev/null 2>&1 &
 dump=$!
 for _ in $(seq 100); do [ -s "$dir/rspreload.pcap" ] && break; sleep 0.05; done
-pair "iperf3 through librspreload" 5201 "receiver$" env LD_PRELOAD="$preload" iperf3 -s -1 -- \
-  env LD_PRELOAD="$preload" iperf3 -c "$srv" -t 2
+# (after what is preloaded already: the sanitizer stage preloads its runtimes)
+preloads="${LD_PRELOAD:+$LD_PRELOAD:}$preload"
+pair "iperf3 through librspreload" 5201 "receiver$" env LD_PRELOAD="$preloads" iperf3 -s -1 -- \
+  env LD_PRELOAD="$preloads" iperf3 -c "$srv" -t 2
 sleep 0.2; kill "$dump"; wait "$dump" 2>/dev/null || true
 tcp=$(tcpdump -r "$dir/rspreload.pcap" tcp 2>/dev/null | wc -l)
 roce=$(tcpdump -r "$dir/rspreload.pcap" udp dst port 4791 2>/dev/null | wc -l)
