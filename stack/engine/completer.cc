@@ -171,7 +171,7 @@ bool Engine::scatter(Qp* qp, const SendWqe& w, uint32_t offset, const uint8_t* s
 }
 
 void Engine::completer(Qp* qp, const ParsedPacket& p) {
-  if (qp->type != IBV_QPT_RC) return;
+  if (!is_reliable(qp->type)) return;
   const Psn psn(p.hdr.bth.psn);
   const OpcodeInfo& info = *p.info;
 

@@ -24,6 +24,7 @@ namespace uroce {
   X(rx_gsi, "CM MADs received on QP1")                                                  \
   X(tx_gsi, "CM MADs sent from QP1")                                                    \
   X(rx_drop_qp_type, "opcode's transport does not match the QP type")                   \
+  X(xrc_bad_srqn, "XRC requests naming no SRQ of the target's XRC domain (NAKed)")       \
   X(rx_drop_qp_state, "QP is not in a state that accepts this packet")                  \
   X(rx_drop_bad_pkey, "P_Key does not match the QP's partition")                        \
   X(rx_drop_bad_qkey, "UD Q_Key does not match the QP's Q_Key")                         \

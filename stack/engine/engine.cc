@@ -88,7 +88,7 @@ void Engine::query_device(ibv_device_attr* a) const {
   a->max_qp_wr = static_cast<int>(cfg_.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                         IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   a->max_sge = static_cast<int>(cfg_.max_sge);
   a->max_sge_rd = static_cast<int>(cfg_.max_sge);
   a->max_cq = static_cast<int>(cfg_.max_cq);
@@ -359,7 +359,11 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
   const Transport t = p.info->transport;
   if ((qp->type == IBV_QPT_RC) != (t == Transport::kRc) ||
       (qp->type == IBV_QPT_UC) != (t == Transport::kUc) ||
-      (qp->type == IBV_QPT_UD) != (t == Transport::kUd)) {
+      (qp->type == IBV_QPT_UD) != (t == Transport::kUd) ||
+      is_xrc(qp->type) != (t == Transport::kXrc) ||
+      // an XRC initiator only sends (responses come back), a target only receives
+      (qp->type == IBV_QPT_XRC_SEND && p.info->is_request()) ||
+      (qp->type == IBV_QPT_XRC_RECV && !p.info->is_request())) {
     counters_.inc(Counter::rx_drop_qp_type);
     return false;
   }

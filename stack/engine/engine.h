@@ -163,13 +163,17 @@ class Engine {
   /// ibv_resize_cq: EINVAL if the CQ holds more completions than `cqe`.
   int resize_cq(Cq* cq, int cqe);
   int destroy_cq(Cq* cq);
-  Srq* create_srq(mem::Pd* pd, ibv_srq_init_attr* attr);
+  /// A basic SRQ, or with `xrcd` an XRC SRQ whose receives complete on `cq`.
+  Srq* create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd = nullptr, Cq* cq = nullptr);
+  Xrcd* create_xrcd();
+  int destroy_xrcd(Xrcd* xrcd);  // EBUSY while SRQs or target QPs belong to it
   int modify_srq(Srq* srq, ibv_srq_attr* attr, int mask);
   int query_srq(Srq* srq, ibv_srq_attr* attr) const;
   int destroy_srq(Srq* srq);
   Ah* create_ah(mem::Pd* pd, const ibv_ah_attr* attr);
   int destroy_ah(Ah* ah);
-  Qp* create_qp(mem::Pd* pd, ibv_qp_init_attr* attr);
+  /// XRC targets (IBV_QPT_XRC_RECV) take `xrcd` and neither PD nor CQs.
+  Qp* create_qp(mem::Pd* pd, ibv_qp_init_attr* attr, Xrcd* xrcd = nullptr);
   /// Where the rotation looks for the next QPN (uroce-replay recreates a capture's QPNs):
   /// the next create_qp gets `qpn` if it is in this engine's span and free.
   void set_next_qpn(uint32_t qpn) {
@@ -327,6 +331,8 @@ class Engine {
   void mcast_receive(const wire::ParsedPacket& p);
   static bool pkey_matches(uint16_t pkey);  // a packet's P_Key against our partition
   void execute_request(Qp* qp, const wire::ParsedPacket& p);
+  /// An XRC target's request: binds the SRQ its XRCETH names (false: NAKed, QP in error).
+  bool bind_xrc_srq(Qp* qp, const wire::ParsedPacket& p);
   void duplicate_request(Qp* qp, const wire::ParsedPacket& p);
   bool take_rwqe(Qp* qp);
   bool copy_to_rwqe(Qp* qp, const uint8_t* src, uint32_t len);
@@ -357,6 +363,7 @@ class Engine {
   std::vector<std::unique_ptr<mem::Pd>> pds_;
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;
+  std::vector<std::unique_ptr<Xrcd>> xrcds_;
   std::vector<std::unique_ptr<Ah>> ahs_;
   struct McGroup {
     wire::Gid gid{};

@@ -77,10 +77,20 @@ struct RecvWqe {
   std::array<Sge, kMaxSge> sge{};
 };
 
+/// An XRC domain (ibv_open_xrcd): the XRC SRQs and target QPs that belong together. A target
+/// QP delivers a message into any SRQ of its domain, named by the packet's XRCETH.
+struct Xrcd {
+  ibv_xrcd ibv{};  // first, as in Cq
+  uint32_t handle = 0;
+  uint32_t users = 0;  // its SRQs and target QPs
+};
+
 struct Srq {
   ibv_srq ibv{};  // first, as in Cq
-  uint32_t handle = 0;
+  uint32_t handle = 0;  // an XRC SRQ's number (ibv_get_srq_num) too: below 2^24
   mem::Pd* pd = nullptr;
+  Xrcd* xrcd = nullptr;  // XRC SRQs: their domain...
+  Cq* cq = nullptr;      // ...and the CQ their receives complete on (a QP's otherwise)
   // Posted receives: application threads produce under `mu`, the engine consumes.
   Ring<RecvWqe> ring;
   std::mutex mu;
@@ -132,6 +142,7 @@ struct SendWqe {
   Ah* ah = nullptr;  // UD
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  uint32_t xrc_srqn = 0;  // XRC: the SRQ its messages go to, in the target's domain
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sge{};
   uint32_t length = 0;  // total bytes
@@ -174,7 +185,19 @@ struct RdAtomicRes {
   // The stream is an answer to a duplicate request, not the first answer: the requester has
   // had this response before, so a new request may take the slot (see claim_res).
   bool replay = false;
+  // The PD its R_Key is checked in: the QP's, or on an XRC target the SRQ's its request named.
+  mem::Pd* pd = nullptr;
 };
+
+/// XRC QPs are RC connections: a sender (initiator, XRC_SEND) and a receiver (target,
+/// XRC_RECV) that delivers into its domain's SRQs.
+constexpr bool is_xrc(ibv_qp_type t) { return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV; }
+/// Acknowledged, retransmitted, PSN-checked: RC and both XRC ends.
+constexpr bool is_reliable(ibv_qp_type t) { return t == IBV_QPT_RC || is_xrc(t); }
+/// The transport bits of a QP's opcodes: RC 0x00, UC 0x20, XRC 0xA0 (UD's are built apart).
+constexpr uint8_t opcode_base(ibv_qp_type t) {
+  return t == IBV_QPT_UC ? 0x20 : is_xrc(t) ? 0xA0 : 0x00;
+}
 
 enum TimerKind : uint8_t { kTimerRetransmit, kTimerRnr, kTimerNeighbor };
 
@@ -197,10 +220,13 @@ struct Qp {
   std::mutex rq_mu;
   std::atomic<bool> doorbell{false};
   uint32_t async_events_read = 0;  // provider: async events read (under ibv.mutex)
+  // An XRC target has none of these of its own: each message takes the SRQ its XRCETH names
+  // (and that SRQ's PD and CQ) while it is received. An XRC initiator has no receive side.
   mem::Pd* pd = nullptr;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Srq* srq = nullptr;
+  Xrcd* xrcd = nullptr;  // XRC targets
   bool sq_sig_all = false;
   ibv_qp_cap cap{};
 

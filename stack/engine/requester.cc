@@ -25,9 +25,9 @@ uint32_t psn_span(const SendWqe& w, uint32_t mtu) {
   return atomic ? 1 : packets_for(w.length, mtu);
 }
 
-/// The BTH opcode for packet `idx` of `n` of a SEND or RDMA WRITE on an RC or UC QP.
+/// The BTH opcode for packet `idx` of `n` of a SEND or RDMA WRITE on an RC, UC or XRC QP.
 uint8_t data_opcode(ibv_qp_type type, ibv_wr_opcode op, uint32_t idx, uint32_t n) {
-  const uint8_t base = type == IBV_QPT_UC ? 0x20 : 0x00;
+  const uint8_t base = opcode_base(type);
   const bool first = idx == 0, last = idx + 1 == n;
   switch (op) {
     case IBV_WR_SEND:
@@ -41,10 +41,10 @@ uint8_t data_opcode(ibv_qp_type type, ibv_wr_opcode op, uint32_t idx, uint32_t n
                     : last  ? opcode::kRcSendLastImm
                             : opcode::kRcSendMiddle);
     case IBV_WR_SEND_WITH_INV:
-      return n == 1 ? opcode::kRcSendOnlyInv
-             : first ? opcode::kRcSendFirst
-             : last  ? opcode::kRcSendLastInv
-                     : opcode::kRcSendMiddle;
+      return base | (n == 1 ? opcode::kRcSendOnlyInv
+                    : first ? opcode::kRcSendFirst
+                    : last  ? opcode::kRcSendLastInv
+                            : opcode::kRcSendMiddle);
     case IBV_WR_RDMA_WRITE:
       return base | (n == 1 ? opcode::kRcWriteOnly
                     : first ? opcode::kRcWriteFirst
@@ -95,14 +95,15 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
       // A READ resumes where its responses stopped: va and length skip what arrived.
       const uint32_t done_bytes = w.read_done * qp->mtu;
       psn = w.first_psn + static_cast<int32_t>(w.read_done);
-      b.opcode = opcode::kRcReadRequest;
+      b.opcode = opcode_base(qp->type) | opcode::kRcReadRequest;
       h.ext.reth = {w.remote_addr + done_bytes, w.rkey, w.length - done_bytes};
       break;
     }
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      b.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::kRcCompareSwap
-                                                       : opcode::kRcFetchAdd;
+      b.opcode = opcode_base(qp->type) | (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP
+                                              ? opcode::kRcCompareSwap
+                                              : opcode::kRcFetchAdd);
       // FETCH_ADD: the add value is in Swap/Add Data, Compare Data is unused (0, as rxe).
       h.ext.atomic = {w.remote_addr, w.rkey,
                       w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add,
@@ -129,7 +130,8 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
     }
   }
   b.psn = psn.value();
-  if (qp->type == IBV_QPT_RC) {
+  h.ext.xrceth.srqn = w.xrc_srqn;  // XRC: every request packet names the target's SRQ
+  if (is_reliable(qp->type)) {
     // Ask for an ACK at the end of every message, now and then inside long ones, and on the
     // packet that fills the congestion window (nothing more goes out until an ACK comes).
     b.ack_req = last || ++qp->pkts_since_ackreq >= cfg_.ack_every ||
@@ -214,7 +216,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         retire_sq(qp);
         continue;
       }
-      if (qp->type == IBV_QPT_RC) {
+      if (is_reliable(qp->type)) {
         // All the PSNs it will take, a READ's response packets included.
         const uint32_t n = psn_span(w, qp->mtu);
         if (qp->sq_psn - qp->comp_psn + static_cast<int32_t>(n) >
@@ -246,7 +248,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       if (w.is_read_or_atomic()) ++qp->rd_atomic_outstanding;
       ++qp->sq_assigned_end;
     }
-    if (qp->type == IBV_QPT_RC) {
+    if (is_reliable(qp->type)) {
       // Congestion window: the oldest unacknowledged packet may always go.
       const Psn next = w.first_psn + (w.is_read_or_atomic() ? 0 : static_cast<int32_t>(w.sent));
       if (next != qp->comp_psn && next - qp->comp_psn >= static_cast<int32_t>(qp->cwnd))
@@ -265,7 +267,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         retire_sq(qp);
       }
     }
-    if (qp->type == IBV_QPT_RC && !qp->retransmit_timer.armed) arm_retransmit(qp);
+    if (is_reliable(qp->type) && !qp->retransmit_timer.armed) arm_retransmit(qp);
   }
   if (qp->state == IBV_QPS_SQD && !qp->sq_drained_notified &&
       qp->sq.head_index() == qp->sq_assigned_end) {

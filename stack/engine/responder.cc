@@ -94,7 +94,7 @@ void Engine::complete_recv_error(Qp* qp, uint64_t wr_id, ibv_wc_status st) {
 }
 
 void Engine::no_receive_wqe(Qp* qp, Psn psn) {
-  if (qp->type == IBV_QPT_RC) {
+  if (is_reliable(qp->type)) {
     // Ask the requester to come back later (RNR NAK, IBA 9.7.5.2.8); ePSN stays put.
     send_nak(qp, AethRepr::make_rnr_nak(qp->min_rnr_timer), psn, Counter::rnr_naks_sent);
   } else {
@@ -109,7 +109,7 @@ void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) { send_ack(qp, syndrome
 
 void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn, uint32_t msn) {
   RoceHeaders h = qp->tx_template;
-  h.bth.opcode = opcode::kRcAck;
+  h.bth.opcode = opcode_base(qp->type) | opcode::kRcAck;
   h.bth.psn = psn.value();
   h.ext.aeth = {syndrome, msn & 0xFFFFFF};
   FrameLayout lay;
@@ -182,10 +182,38 @@ RdAtomicRes* Engine::find_res(Qp* qp, Psn psn) {
   return nullptr;
 }
 
+bool Engine::bind_xrc_srq(Qp* qp, const ParsedPacket& p) {
+  const uint32_t n = p.hdr.ext.xrceth.srqn;
+  if (qp->in_msg) {
+    // Every packet of a message names the SRQ its first one did.
+    if (qp->srq != nullptr && qp->srq->handle == n) return true;
+    responder_error(qp, NakCode::kInvalidRequest, Psn(p.hdr.bth.psn), IBV_WC_REM_INV_REQ_ERR);
+    return false;
+  }
+  Srq* srq = nullptr;
+  for (const auto& s : srqs_)
+    if (s->handle == n && s->xrcd == qp->xrcd && s->xrcd != nullptr) srq = s.get();
+  if (srq == nullptr) {
+    // No such SRQ in the target's domain: a remote access error (IBA 9.7.5.2.7), as rxe's
+    // XRC patches and RNICs answer it; the target QP enters the error state.
+    counters_.inc(Counter::xrc_bad_srqn);
+    qp->srq = nullptr;
+    qp->recv_cq = nullptr;
+    qp->have_rwqe = false;
+    responder_error(qp, NakCode::kRemoteAccessError, Psn(p.hdr.bth.psn), IBV_WC_REM_ACCESS_ERR);
+    post_event(IBV_EVENT_QP_ACCESS_ERR, qp);
+    return false;
+  }
+  qp->srq = srq;
+  qp->pd = srq->pd;  // whose keys this message's WRITE/READ/atomic and receive buffers use
+  qp->recv_cq = srq->cq;
+  return true;
+}
+
 void Engine::responder(Qp* qp, const ParsedPacket& p) {
   const Psn psn(p.hdr.bth.psn);
   const int32_t d = psn - qp->epsn;
-  if (qp->type == IBV_QPT_RC) {
+  if (is_reliable(qp->type)) {
     if (d > 0) {
       // Ahead of the expected PSN: something was lost. One NAK per gap (IBA 9.7.5.2.2).
       counters_.inc(Counter::out_of_seq_requests);
@@ -200,6 +228,7 @@ void Engine::responder(Qp* qp, const ParsedPacket& p) {
       return;
     }
     qp->seq_nak_sent = false;
+    if (qp->type == IBV_QPT_XRC_RECV && !bind_xrc_srq(qp, p)) return;
   } else if (d != 0) {
     // UC: a gap loses the message in progress; a new message may start at any PSN.
     counters_.inc(Counter::rx_drop_uc_msg);
@@ -217,7 +246,7 @@ void Engine::responder(Qp* qp, const ParsedPacket& p) {
 void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
   const OpcodeInfo& info = *p.info;
   const Psn psn(p.hdr.bth.psn);
-  const bool rc = qp->type == IBV_QPT_RC;
+  const bool rc = is_reliable(qp->type);
   const uint32_t len = static_cast<uint32_t>(p.payload.size());
 
   // UC drops a bad packet (and the rest of its message); RC NAKs it and enters error.
@@ -371,7 +400,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
       const uint32_t n = packets_for(r.dma_len, qp->mtu);
       qp->msn = (qp->msn + 1) & 0xFFFFFF;
-      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, 0, 0, true, false};
+      res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, 0, 0, true, false, qp->pd};
       ++qp->res_sending;
       qp->epsn = psn + static_cast<int32_t>(n);  // a READ uses one PSN per response packet
       schedule(qp);
@@ -409,7 +438,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
       }
       qp->msn = (qp->msn + 1) & 0xFFFFFF;
-      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, orig, 0, true, false};
+      res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, orig, 0, true, false, qp->pd};
       ++qp->res_sending;
       qp->epsn = psn + 1;
       schedule(qp);
@@ -458,7 +487,7 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       if (reth.dma_len != 0) {
         uint8_t* host;
         if (!(qp->access & IBV_ACCESS_REMOTE_READ) ||
-            mrs_.check_remote(reth.rkey, qp->pd, qp->qpn, reth.va, reth.dma_len,
+            mrs_.check_remote(reth.rkey, r->pd, qp->qpn, reth.va, reth.dma_len,
                               IBV_ACCESS_REMOTE_READ, &host,
                               /*fault_in=*/false) != mem::AccessError::kOk) {
           responder_error(qp, NakCode::kRemoteAccessError, psn, IBV_WC_WR_FLUSH_ERR);
@@ -516,7 +545,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   const uint32_t offset = i * qp->mtu;
   const uint32_t len = std::min(qp->mtu, r.length - std::min(r.length, offset));
   uint8_t* host = nullptr;
-  if (len != 0 && mrs_.check_remote(r.rkey, qp->pd, qp->qpn, r.va + offset, len,
+  if (len != 0 && mrs_.check_remote(r.rkey, r.pd, qp->qpn, r.va + offset, len,
                                     IBV_ACCESS_REMOTE_READ, &host) != mem::AccessError::kOk) {
     // The MR was deregistered (or changed) since the request was checked: not one more
     // byte of it goes out. NAK this response's PSN; the requester's READ fails with a
@@ -529,10 +558,10 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
     return false;
   }
   RoceHeaders h = qp->tx_template;
-  h.bth.opcode = r.npkts == 1  ? opcode::kRcReadResponseOnly
-                 : i == 0      ? opcode::kRcReadResponseFirst
-                 : i + 1 == r.npkts ? opcode::kRcReadResponseLast
-                                    : opcode::kRcReadResponseMiddle;
+  h.bth.opcode = opcode_base(qp->type) | (r.npkts == 1  ? opcode::kRcReadResponseOnly
+                                            : i == 0      ? opcode::kRcReadResponseFirst
+                                            : i + 1 == r.npkts ? opcode::kRcReadResponseLast
+                                                               : opcode::kRcReadResponseMiddle);
   h.bth.psn = (r.first_psn + static_cast<int32_t>(i)).value();
   // The MSN as it stands now, for a first answer and a replay alike (rxe and rdmavt do the
   // same; a requester completes READs by PSN).
@@ -551,7 +580,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
 
 void Engine::send_atomic_ack(Qp* qp, const RdAtomicRes& r) {
   RoceHeaders h = qp->tx_template;
-  h.bth.opcode = opcode::kRcAtomicAck;
+  h.bth.opcode = opcode_base(qp->type) | opcode::kRcAtomicAck;
   h.bth.psn = r.first_psn.value();
   h.ext.aeth = {AethRepr::make_ack(), qp->msn & 0xFFFFFF};
   h.ext.atomic_ack.orig = r.atomic_orig;
@@ -562,7 +591,7 @@ void Engine::send_atomic_ack(Qp* qp, const RdAtomicRes& r) {
 }
 
 bool Engine::responder_step(Qp* qp, uint32_t* budget) {
-  if (qp->type != IBV_QPT_RC || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
+  if (!is_reliable(qp->type) || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
     return false;
   // Responses go out in PSN order: always the pending resource with the lowest PSN.
   while (qp->res_sending > 0 && *budget > 0) {

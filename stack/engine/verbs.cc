@@ -110,6 +110,7 @@ RecvWqe to_recv_wqe(const ibv_recv_wr& wr) {
 }
 
 bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
+  if (t == IBV_QPT_XRC_RECV) return false;  // a target only receives
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM: return true;
@@ -118,8 +119,8 @@ bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_ATOMIC_WRITE:
-    case IBV_WR_SEND_WITH_INV: return t == IBV_QPT_RC;
+    case IBV_WR_SEND_WITH_INV: return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND;
+    case IBV_WR_ATOMIC_WRITE: return t == IBV_QPT_RC;  // XRC has no ATOMIC WRITE opcode
     case IBV_WR_BIND_MW:
     case IBV_WR_LOCAL_INV: return t != IBV_QPT_UD;  // windows serve RC and UC peers
     default: return false;  // TSO, DRIVER1: not supported
@@ -260,7 +261,27 @@ int Engine::destroy_cq(Cq* cq) {
   return 0;
 }
 
-Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr) {
+Xrcd* Engine::create_xrcd() {
+  auto x = std::make_unique<Xrcd>();
+  x->handle = next_handle_++;
+  xrcds_.push_back(std::move(x));
+  return xrcds_.back().get();
+}
+
+int Engine::destroy_xrcd(Xrcd* xrcd) {
+  auto it = std::find_if(xrcds_.begin(), xrcds_.end(),
+                         [xrcd](const auto& x) { return x.get() == xrcd; });
+  if (it == xrcds_.end()) return EINVAL;
+  if (xrcd->users != 0) return EBUSY;
+  xrcds_.erase(it);
+  return 0;
+}
+
+Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, Cq* cq) {
+  if ((xrcd != nullptr) != (cq != nullptr) || next_handle_ > 0xFFFFFF) {
+    errno = EINVAL;
+    return nullptr;
+  }
   if (pd == nullptr || attr == nullptr || attr->attr.max_wr == 0 ||
       attr->attr.max_wr > cfg_.max_srq_wr || attr->attr.max_sge > cfg_.max_sge ||
       attr->attr.srq_limit > attr->attr.max_wr) {
@@ -277,7 +298,13 @@ Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr) {
   srq->ring = Ring<RecvWqe>(attr->attr.max_wr);
   srq->max_sge = std::max<uint32_t>(attr->attr.max_sge, 1);
   srq->limit = attr->attr.srq_limit;
+  srq->xrcd = xrcd;
+  srq->cq = cq;
   ++pd->users;
+  if (xrcd != nullptr) {
+    ++xrcd->users;
+    ++cq->users;
+  }
   srqs_.push_back(std::move(srq));
   return srqs_.back().get();
 }
@@ -315,6 +342,19 @@ int Engine::destroy_srq(Srq* srq) {
   if (it == srqs_.end()) return EINVAL;
   if (srq->users != 0) return EBUSY;
   drop_events(events_, [srq](const AsyncEvent& e) { return e.srq == srq; });
+  if (srq->xrcd != nullptr) {
+    // XRC targets hold no reference, only the SRQ of the message they are receiving: that
+    // message is lost (its WQE went with the SRQ), the next one looks its SRQ up again.
+    for (auto& q : qps_)
+      if (q && q->srq == srq) {
+        q->srq = nullptr;
+        q->pd = nullptr;
+        q->recv_cq = nullptr;
+        q->have_rwqe = q->in_msg = false;
+      }
+    --srq->xrcd->users;
+    --srq->cq->users;
+  }
   --srq->pd->users;
   srqs_.erase(it);
   return 0;
@@ -356,14 +396,35 @@ Qp* Engine::qp_by_num(uint32_t qpn) {
   return qps_[qpn - cfg_.first_qpn].get();
 }
 
-Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
-  if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
+Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
+  if (a == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
-  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
+  const ibv_qp_type type = a->qp_type;
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD && !is_xrc(type)) {
+    errno = EOPNOTSUPP;  // raw packet, driver QPs
     return nullptr;
+  }
+  // An XRC target has a domain and nothing else; an initiator a PD and a send CQ only.
+  const bool tgt = type == IBV_QPT_XRC_RECV, ini = type == IBV_QPT_XRC_SEND;
+  if (tgt ? xrcd == nullptr
+          : (pd == nullptr || a->send_cq == nullptr || (!ini && a->recv_cq == nullptr))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_init_attr xa;
+  if (is_xrc(type)) {  // what does not apply is ignored, as the kernel does
+    xa = *a;
+    xa.recv_cq = nullptr;
+    xa.srq = nullptr;
+    xa.cap.max_recv_wr = xa.cap.max_recv_sge = 0;
+    if (tgt) {
+      xa.send_cq = nullptr;
+      xa.cap = ibv_qp_cap{};
+      pd = nullptr;
+    }
+    a = &xa;
   }
   // ibv_create_qp(3): only RC and UD QPs may be associated with an SRQ.
   if (a->srq != nullptr && a->qp_type == IBV_QPT_UC) {
@@ -391,18 +452,19 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
   qp->qpn = cfg_.first_qpn + static_cast<uint32_t>(slot);
   qp->type = a->qp_type;
   qp->pd = pd;
-  qp->send_cq = to_cq(a->send_cq);
-  qp->recv_cq = to_cq(a->recv_cq);
+  qp->xrcd = tgt ? xrcd : nullptr;
+  qp->send_cq = a->send_cq != nullptr ? to_cq(a->send_cq) : nullptr;
+  qp->recv_cq = a->recv_cq != nullptr ? to_cq(a->recv_cq) : nullptr;
   qp->srq = a->srq != nullptr ? to_srq(a->srq) : nullptr;
   qp->sq_sig_all = a->sq_sig_all != 0;
   qp->cap = c;
-  qp->cap.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
-  qp->cap.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
+  qp->cap.max_send_sge = std::max<uint32_t>(c.max_send_sge, tgt ? 0 : 1);
+  qp->cap.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, is_xrc(type) ? 0 : 1);
   // Inline data is kept in the WQE's own fixed buffer: every QP can take the device's whole
   // max_inline, so that is what is granted and reported back (rdma-core's providers round
   // up too: rxe to at least 16 bytes per send SGE, mlx5 to the WQE size). A program that asks
   // for 0 and sends 16 bytes inline (rdma_xclient) works, as on rxe.
-  qp->cap.max_inline_data = cfg_.max_inline;
+  qp->cap.max_inline_data = tgt ? 0 : cfg_.max_inline;
   if (qp->type == IBV_QPT_UD) {
     // UD has no path MTU attribute: a datagram may be as large as the port's active MTU.
     qp->path_mtu = cfg_.active_mtu;
@@ -417,9 +479,13 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a) {
   qp->ibv.qp_num = qp->qpn;
   qp->ibv.qp_type = a->qp_type;
   qp->ibv.state = IBV_QPS_RESET;
-  ++pd->users;
-  ++qp->send_cq->users;
-  ++qp->recv_cq->users;
+  if (tgt) {
+    ++xrcd->users;
+  } else {
+    ++pd->users;
+    ++qp->send_cq->users;
+    if (qp->recv_cq != nullptr) ++qp->recv_cq->users;
+  }
   if (qp->srq != nullptr) ++qp->srq->users;
   if (slot >= qps_.size()) qps_.resize(slot + 1);  // grows up to qpn_span, never shrinks
   qps_[slot] = std::move(qp);
@@ -444,17 +510,21 @@ int Engine::destroy_qp(Qp* qp) {
     std::erase(doorbells_, qp);
   }
   // Its completions go with it: a later QP with the same number must not inherit them.
-  clean_cq(qp->send_cq, qp->qpn);
-  if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
+  if (qp->send_cq != nullptr) clean_cq(qp->send_cq, qp->qpn);
+  if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
   mrs_.release_qp(qp->qpn);  // its type 2 windows: no later QP may use them
   for (size_t i = mcast_.size(); i-- > 0;) {
     const Gid gid = mcast_[i].gid;  // detaching may erase the entry
     detach_mcast(qp, gid);
   }
-  --qp->pd->users;
-  --qp->send_cq->users;
-  --qp->recv_cq->users;
-  if (qp->srq != nullptr) --qp->srq->users;
+  if (qp->type == IBV_QPT_XRC_RECV) {
+    --qp->xrcd->users;  // its srq/pd/recv_cq are only the current message's: not counted
+  } else {
+    --qp->pd->users;
+    --qp->send_cq->users;
+    if (qp->recv_cq != nullptr) --qp->recv_cq->users;
+    if (qp->srq != nullptr) --qp->srq->users;
+  }
   qps_[qp->qpn - cfg_.first_qpn].reset();
   --qp_count_;
   return 0;
@@ -515,6 +585,14 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
     case IBV_QPT_UD: req = tr->req_ud; opt = tr->opt_ud; break;
     case IBV_QPT_UC: req = tr->req_uc; opt = tr->opt_uc; break;
     default: req = tr->req_rc; opt = tr->opt_rc; break;
+  }
+  // XRC: RC's table, less what an end without a receive side (initiator) or without a send
+  // side (target) has no use for.
+  if (qp->type == IBV_QPT_XRC_SEND) {
+    if (req > 0) req &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    opt &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  } else if (qp->type == IBV_QPT_XRC_RECV && cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+    req = IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
   }
   if (req < 0) return EINVAL;  // transition not defined for this QP type
   if ((attrs & req) != req) return EINVAL;  // a required one is missing
@@ -641,9 +719,9 @@ int Engine::query_qp(const Qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr* init) 
   a->rnr_retry = qp->rnr_retry;
   if (init != nullptr) {
     *init = ibv_qp_init_attr{};
-    init->send_cq = &qp->send_cq->ibv;
-    init->recv_cq = &qp->recv_cq->ibv;
-    init->srq = qp->srq != nullptr ? &qp->srq->ibv : nullptr;
+    init->send_cq = qp->send_cq != nullptr ? &qp->send_cq->ibv : nullptr;
+    init->recv_cq = qp->recv_cq != nullptr && !is_xrc(qp->type) ? &qp->recv_cq->ibv : nullptr;
+    init->srq = qp->srq != nullptr && !is_xrc(qp->type) ? &qp->srq->ibv : nullptr;
     init->qp_type = qp->type;
     init->cap = qp->cap;
     init->sq_sig_all = qp->sq_sig_all;
@@ -681,8 +759,8 @@ void Engine::reset_qp(Qp* qp) {
   }
   // A reset QP starts afresh: completions it left in its CQs (flushed WRs of the error it
   // was reset from) go too, as RNICs clean their CQs on this transition (mlx5's cq_clean).
-  clean_cq(qp->send_cq, qp->qpn);
-  if (qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
+  if (qp->send_cq != nullptr) clean_cq(qp->send_cq, qp->qpn);
+  if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
   qp->sq_cursor = qp->sq_assigned_end = 0;
   qp->rd_atomic_outstanding = 0;
   qp->pkts_since_ackreq = 0;
@@ -739,7 +817,7 @@ void Engine::flush_qp(Qp* qp) {
   for (auto& r : qp->res) r.sending = false;
   qp->res_sending = 0;
   qp->ack_pending = false;
-  if (qp->srq != nullptr && !qp->last_wqe_reached) {
+  if (qp->srq != nullptr && !is_xrc(qp->type) && !qp->last_wqe_reached) {
     // IBA 11.6.3: a QP on an SRQ that entered the error state takes no more WQEs from it.
     // Programs wait for this event before destroying such a QP (ibv_create_srq(3)).
     qp->last_wqe_reached = true;
@@ -837,6 +915,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
         w.rkey = wr->wr.rdma.rkey;
         break;
     }
+    if (qp->type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn & 0xFFFFFF;
     if (qp->type == IBV_QPT_UD) {
       w.ah = to_ah(wr->wr.ud.ah);
       w.remote_qpn = wr->wr.ud.remote_qpn;
@@ -895,7 +974,7 @@ int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
   std::lock_guard<std::mutex> producer(qp->rq_mu);
   const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
   for (; wr != nullptr; wr = wr->next) {
-    if (st == IBV_QPS_RESET || qp->srq != nullptr) err = EINVAL;
+    if (st == IBV_QPS_RESET || qp->srq != nullptr || is_xrc(qp->type)) err = EINVAL;
     else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge)
       err = EINVAL;
     else if (qp->rq.full()) err = ENOMEM;

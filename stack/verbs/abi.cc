@@ -71,8 +71,7 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
   a.max_dm_size = kDeviceMemoryBytes;
   // On-demand paging: nothing is ever pinned here (the engine copies with the CPU), so every
   // transport's every operation can use an on-demand MR, the implicit one included, where
-  // the kernel lets each access check its pages (mem::odp_supported). XRC (xrc_odp_caps) is
-  // not supported at all.
+  // the kernel lets each access check its pages (mem::odp_supported).
   if (mem::odp_supported()) {
     a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
     constexpr uint32_t kAll = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
@@ -83,6 +82,7 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
                                                  IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
     a.odp_caps.per_transport_caps.ud_odp_caps =
         IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+    a.xrc_odp_caps = kAll;
   }
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   std::memcpy(attr, &a, std::min(len, sizeof a));

@@ -262,7 +262,9 @@ void wr_set_inline_data(ibv_qp_ex* q, void* addr, size_t length) {
   const ibv_data_buf b{addr, length};
   wr_set_inline_data_list(q, 1, &b);
 }
-void wr_unsupported_srqn(ibv_qp_ex* q, uint32_t) { builder_of(q)->err = EOPNOTSUPP; }
+void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t remote_srqn) {
+  if (Entry* e = current(q)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+}
 
 void wr_start(ibv_qp_ex* q) {
   Builder* b = builder_of(q);
@@ -312,14 +314,19 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
                               IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
                               IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if ((attr->comp_mask & ~kKnown) || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) ||
-      attr->pd == nullptr || attr->pd->context != context) {
+  // An XRC target is made through its domain (no PD); every other QP needs a PD.
+  const bool tgt = attr->qp_type == IBV_QPT_XRC_RECV;
+  if ((attr->comp_mask & ~kKnown) ||
+      (tgt ? !(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || attr->xrcd == nullptr ||
+                 attr->xrcd->context != context
+           : !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr ||
+                 attr->pd->context != context)) {
     errno = EINVAL;
     return nullptr;
   }
-  const bool with_ops = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if ((attr->comp_mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
-                          IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)) ||
+  const bool with_ops = !tgt && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+  if ((attr->comp_mask & (IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+                          IBV_QP_INIT_ATTR_RX_HASH)) ||
       ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) ||
       (with_ops && (attr->send_ops_flags & ~kSendOps))) {
     errno = EOPNOTSUPP;
@@ -333,7 +340,8 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   a.cap = attr->cap;
   a.qp_type = attr->qp_type;
   a.sq_sig_all = attr->sq_sig_all;
-  ibv_qp* qp = ibv_create_qp(attr->pd, &a);
+  ibv_qp* qp = create_qp_in(context, tgt ? nullptr : attr->pd, &a,
+                            tgt ? reinterpret_cast<Xrcd*>(attr->xrcd) : nullptr);
   if (qp == nullptr) return nullptr;
   attr->cap = a.cap;
   if (with_ops) {
@@ -361,7 +369,7 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     x.wr_send_inv = wr_send_inv;
     x.wr_send_tso = wr_unsupported_tso;
     x.wr_set_ud_addr = wr_set_ud_addr;
-    x.wr_set_xrc_srqn = wr_unsupported_srqn;
+    x.wr_set_xrc_srqn = wr_set_xrc_srqn;
     x.wr_set_inline_data = wr_set_inline_data;
     x.wr_set_inline_data_list = wr_set_inline_data_list;
     x.wr_set_sge = wr_set_sge;
@@ -380,6 +388,7 @@ namespace uroce::verbs {
 void install_ext_ops(Context* ctx) {
   ctx->vctx.create_cq_ex = op_create_cq_ex;
   ctx->vctx.create_qp_ex = op_create_qp_ex;
+  install_xrc_ops(ctx);
 }
 void free_qp_ext(void* ext) { delete static_cast<Builder*>(ext); }
 }  // namespace uroce::verbs

@@ -197,8 +197,6 @@ int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return rc;
 }
 
-// ---- Destruction (the verbs below, and ibv_close_device for what the application left) -----
-
 int destroy_qp(ibv_qp* qp, bool wait) {
   Runtime* rt = runtime_of(qp->context);
   Qp* q = to_qp(qp);
@@ -482,6 +480,72 @@ int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sg
 }  // namespace
 
 namespace uroce::verbs {
+
+// ---- Creation shared with the extended verbs (ext.cc, xrc.cc) ----------------------------------
+
+ibv_qp* create_qp_in(ibv_context* ctx, ibv_pd* pd, ibv_qp_init_attr* attr, Xrcd* xrcd) {
+  if (attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // An XRC target has its domain and nothing else; an initiator no receive side.
+  const bool tgt = attr->qp_type == IBV_QPT_XRC_RECV, xrc = tgt || attr->qp_type == IBV_QPT_XRC_SEND;
+  // Every object a QP uses belongs to the QP's own context (as with the kernel's verbs).
+  if (tgt ? (xrcd == nullptr || xrcd->ibv.context != ctx)
+          : (pd == nullptr || pd->context != ctx || attr->send_cq == nullptr ||
+             attr->send_cq->context != ctx ||
+             (!xrc && (attr->recv_cq == nullptr || attr->recv_cq->context != ctx ||
+                       (attr->srq != nullptr && attr->srq->context != ctx))))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(ctx);
+  Qp* qp;
+  {
+    EngineLock lock(rt);
+    qp = rt->engine->create_qp(tgt ? nullptr : pd_of(pd), attr, xrcd);
+  }
+  if (qp == nullptr) return nullptr;
+  ibv_qp& q = qp->ibv;
+  q.context = ctx;
+  q.qp_context = attr->qp_context;
+  q.pd = tgt ? nullptr : pd;
+  q.send_cq = tgt ? nullptr : attr->send_cq;
+  q.recv_cq = xrc ? nullptr : attr->recv_cq;
+  q.srq = xrc ? nullptr : attr->srq;
+  q.handle = qp->qpn;
+  q.qp_num = qp->qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  attr->cap = qp->cap;  // what was granted
+  own(ctx, &ContextState::qps, qp);
+  return &q;
+}
+
+ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* cq) {
+  if (xrcd != nullptr && (xrcd->ibv.context != pd->context || cq->context != pd->context)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(pd->context);
+  Srq* srq;
+  {
+    EngineLock lock(rt);
+    srq = rt->engine->create_srq(pd_of(pd), attr, xrcd, cq != nullptr ? to_cq(cq) : nullptr);
+  }
+  if (srq == nullptr) return nullptr;
+  srq->ibv.context = pd->context;
+  srq->ibv.srq_context = attr->srq_context;
+  srq->ibv.pd = pd;
+  srq->ibv.handle = srq->handle;
+  pthread_mutex_init(&srq->ibv.mutex, nullptr);
+  pthread_cond_init(&srq->ibv.cond, nullptr);
+  own(pd->context, &ContextState::srqs, srq);
+  return &srq->ibv;
+}
+
 void install_memory_ops(Context* ctx) {
   ctx->vctx.alloc_dm = op_alloc_dm;
   ctx->vctx.free_dm = free_dm;
@@ -579,6 +643,7 @@ void destroy_context_objects(ContextState* s) {
   for (UMw* w : snapshot(s, &ContextState::mws)) dealloc_mw(&w->ibv);  // before their MRs
   for (UMr* m : snapshot(s, &ContextState::mrs)) dereg_mr(&m->ibv);
   for (UDm* d : snapshot(s, &ContextState::dms)) free_dm(&d->ibv);  // after their MRs
+  close_context_xrcds(s);  // after their SRQs and target QPs
   for (Cq* c : snapshot(s, &ContextState::cqs)) destroy_cq(&c->ibv, false);
   for (UPd* p : snapshot(s, &ContextState::pds))  // parent domains before their PDs
     if (p->parent_domain) dealloc_pd(&p->ibv);
@@ -839,21 +904,7 @@ void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 // ---- SRQ -----------------------------------------------------------------------------------------
 
 ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
-  Runtime* rt = runtime_of(pd->context);
-  Srq* srq;
-  {
-    EngineLock lock(rt);
-    srq = rt->engine->create_srq(pd_of(pd), attr);
-  }
-  if (srq == nullptr) return nullptr;
-  srq->ibv.context = pd->context;
-  srq->ibv.srq_context = attr->srq_context;
-  srq->ibv.pd = pd;
-  srq->ibv.handle = srq->handle;
-  pthread_mutex_init(&srq->ibv.mutex, nullptr);
-  pthread_cond_init(&srq->ibv.cond, nullptr);
-  own(pd->context, &ContextState::srqs, srq);
-  return &srq->ibv;
+  return create_srq_in(pd, attr, nullptr, nullptr);
 }
 
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
@@ -941,37 +992,7 @@ int ibv_destroy_ah(ibv_ah* ah) { return destroy_ah(ah); }
 // ---- QP ------------------------------------------------------------------------------------------
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
-  ibv_context* ctx = pd->context;
-  // Every object a QP uses belongs to the QP's own context (as with the kernel's verbs).
-  if (attr == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr ||
-      attr->send_cq->context != ctx || attr->recv_cq->context != ctx ||
-      (attr->srq != nullptr && attr->srq->context != ctx)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  Runtime* rt = runtime_of(ctx);
-  Qp* qp;
-  {
-    EngineLock lock(rt);
-    qp = rt->engine->create_qp(pd_of(pd), attr);
-  }
-  if (qp == nullptr) return nullptr;
-  ibv_qp& q = qp->ibv;
-  q.context = ctx;
-  q.qp_context = attr->qp_context;
-  q.pd = pd;
-  q.send_cq = attr->send_cq;
-  q.recv_cq = attr->recv_cq;
-  q.srq = attr->srq;
-  q.handle = qp->qpn;
-  q.qp_num = qp->qpn;
-  q.state = IBV_QPS_RESET;
-  q.qp_type = attr->qp_type;
-  pthread_mutex_init(&q.mutex, nullptr);
-  pthread_cond_init(&q.cond, nullptr);
-  attr->cap = qp->cap;  // what was granted
-  own(ctx, &ContextState::qps, qp);
-  return &q;
+  return create_qp_in(pd->context, pd, attr, nullptr);
 }
 
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {

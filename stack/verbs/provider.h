@@ -162,6 +162,16 @@ struct UMw;
 struct UDm;
 struct UChannel;
 
+/// An XRC domain as ibv_open_xrcd(3) shares it: one per file (inode) among this context's
+/// opens, counted; or private (fd -1).
+struct XrcdRec {
+  Xrcd* xrcd = nullptr;
+  bool keyed = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int opens = 0;
+};
+
 /// Per open context: its async event pipe and the objects made through it.
 struct ContextState {
   Runtime* rt = nullptr;
@@ -176,7 +186,17 @@ struct ContextState {
   std::unordered_set<Srq*> srqs;
   std::unordered_set<Ah*> ahs;
   std::unordered_set<Qp*> qps;
+  std::vector<XrcdRec> xrcds;  // xrc.cc
 };
+
+
+/// Object creation shared by the plain and the extended verbs (objects.cc): an XRC target QP
+/// takes `xrcd` and no PD; an XRC SRQ takes `xrcd` and the CQ its receives complete on.
+ibv_qp* create_qp_in(ibv_context* ctx, ibv_pd* pd, ibv_qp_init_attr* attr, Xrcd* xrcd);
+ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* cq);
+/// XRC (xrc.cc): the context ops, and ibv_close_device's closing of the domains left open.
+void install_xrc_ops(Context* ctx);
+void close_context_xrcds(ContextState* s);
 
 /// Monotonic time in ns: the engine's clock in production.
 uint64_t now_ns();

@@ -64,6 +64,7 @@ std::string_view to_string(Transport t) {
     case Transport::kUc: return "UC";
     case Transport::kUd: return "UD";
     case Transport::kCnp: return "CNP";
+    case Transport::kXrc: return "XRC";
   }
   return "?";
 }

@@ -1,9 +1,10 @@
 // The BTH opcode property table: for each of the 256 opcode values, whether it is a valid
-// RC / UC / UD / CNP opcode, which extension headers follow the BTH (and at which offset),
+// RC / UC / UD / XRC / CNP opcode, which extension headers follow the BTH (and at which offset),
 // the total header length, its place in a message (first / middle / last / only), and
 // whether a payload follows. Parsing a packet is a lookup here, never a switch.
 //
-// Opcode byte = transport (3 bits: 000 RC, 001 UC, 010 RD, 011 UD, 100 CNP) | operation (5 bits).
+// Opcode byte = transport (3 bits: 000 RC, 001 UC, 010 RD, 011 UD, 100 CNP, 101 XRC) |
+// operation (5 bits).
 // RD (reliable datagram) is not implemented by RoCE devices and is left invalid.
 #pragma once
 
@@ -15,6 +16,7 @@ namespace uroce::wire {
 
 /// Extension headers, in the order they appear after the BTH when several are present.
 enum class Ext : uint8_t {
+  kXrceth,        // XRC ETH (4): every XRC request, first after the BTH
   kFeth,          // FLUSH ETH (4)
   kDeth,          // Datagram ETH (8): UD
   kReth,          // RDMA ETH (16)
@@ -27,13 +29,13 @@ enum class Ext : uint8_t {
   kCount
 };
 inline constexpr size_t kExtCount = static_cast<size_t>(Ext::kCount);
-inline constexpr std::array<uint8_t, kExtCount> kExtLen = {4, 8, 16, 28, 4, 8, 4, 4, 16};
+inline constexpr std::array<uint8_t, kExtCount> kExtLen = {4, 4, 8, 16, 28, 4, 8, 4, 4, 16};
 inline constexpr std::array<std::string_view, kExtCount> kExtName = {
-    "FETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNP-reserved"};
+    "XRCETH", "FETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNP-reserved"};
 
 constexpr uint16_t ext_bit(Ext e) { return static_cast<uint16_t>(1u << static_cast<unsigned>(e)); }
 
-enum class Transport : uint8_t { kRc, kUc, kUd, kCnp };
+enum class Transport : uint8_t { kRc, kUc, kUd, kCnp, kXrc };
 enum class Operation : uint8_t {
   kSend,
   kWrite,
@@ -126,6 +128,20 @@ inline constexpr uint8_t kUdSendOnly = 0x64;
 inline constexpr uint8_t kUdSendOnlyImm = 0x65;
 // RoCEv2 congestion notification packet
 inline constexpr uint8_t kCnp = 0x81;
+// XRC: RC's operations (not FLUSH or ATOMIC WRITE) with the transport bits 101; requests
+// carry an XRCETH, responses are laid out as RC's.
+inline constexpr uint8_t kXrc = 0xA0;  // XRC opcode = kXrc | the RC opcode
+inline constexpr uint8_t kXrcSendFirst = 0xA0;
+inline constexpr uint8_t kXrcSendOnly = 0xA4;
+inline constexpr uint8_t kXrcSendOnlyImm = 0xA5;
+inline constexpr uint8_t kXrcWriteOnlyImm = 0xAB;
+inline constexpr uint8_t kXrcReadRequest = 0xAC;
+inline constexpr uint8_t kXrcReadResponseOnly = 0xB0;
+inline constexpr uint8_t kXrcAck = 0xB1;
+inline constexpr uint8_t kXrcAtomicAck = 0xB2;
+inline constexpr uint8_t kXrcCompareSwap = 0xB3;
+inline constexpr uint8_t kXrcFetchAdd = 0xB4;
+inline constexpr uint8_t kXrcSendOnlyInv = 0xB7;
 }  // namespace opcode
 
 namespace detail {
@@ -154,7 +170,7 @@ constexpr OpcodeInfo make_op(std::string_view name, Transport t, Operation op, P
 constexpr std::array<OpcodeInfo, 256> build_opcode_table() {
   using enum Operation;
   using P = Position;
-  constexpr uint16_t R = ext_bit(Ext::kReth), A = ext_bit(Ext::kAeth), I = ext_bit(Ext::kImmDt),
+  constexpr uint16_t X = ext_bit(Ext::kXrceth), R = ext_bit(Ext::kReth), A = ext_bit(Ext::kAeth), I = ext_bit(Ext::kImmDt),
                      IE = ext_bit(Ext::kIeth), AT = ext_bit(Ext::kAtomicEth),
                      AA = ext_bit(Ext::kAtomicAckEth), D = ext_bit(Ext::kDeth),
                      F = ext_bit(Ext::kFeth), C = ext_bit(Ext::kCnpReserved);
@@ -202,6 +218,22 @@ constexpr std::array<OpcodeInfo, 256> build_opcode_table() {
   t[0x17] = make_op("RC_SEND_ONLY_WITH_INVALIDATE", rc, kSend, P::kOnly, IE, true);
   t[0x1C] = make_op("RC_FLUSH", rc, kFlush, P::kOnly, static_cast<uint16_t>(F | R), false);
   t[0x1D] = make_op("RC_ATOMIC_WRITE", rc, kAtomicWrite, P::kOnly, R, true, 8);
+  // XRC: every RC opcode but FLUSH and ATOMIC WRITE, at 0xA0 | op; requests get the XRCETH.
+  constexpr std::string_view xrc_names[] = {
+      "XRC_SEND_FIRST", "XRC_SEND_MIDDLE", "XRC_SEND_LAST", "XRC_SEND_LAST_WITH_IMMEDIATE",
+      "XRC_SEND_ONLY", "XRC_SEND_ONLY_WITH_IMMEDIATE", "XRC_RDMA_WRITE_FIRST",
+      "XRC_RDMA_WRITE_MIDDLE", "XRC_RDMA_WRITE_LAST", "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+      "XRC_RDMA_WRITE_ONLY", "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", "XRC_RDMA_READ_REQUEST",
+      "XRC_RDMA_READ_RESPONSE_FIRST", "XRC_RDMA_READ_RESPONSE_MIDDLE",
+      "XRC_RDMA_READ_RESPONSE_LAST", "XRC_RDMA_READ_RESPONSE_ONLY", "XRC_ACKNOWLEDGE",
+      "XRC_ATOMIC_ACKNOWLEDGE", "XRC_COMPARE_SWAP", "XRC_FETCH_ADD", "", "XRC_SEND_LAST_WITH_INVALIDATE",
+      "XRC_SEND_ONLY_WITH_INVALIDATE"};
+  for (uint8_t op = 0; op < 0x18; ++op) {
+    const OpcodeInfo& r = t[op];
+    if (!r.valid) continue;
+    const uint16_t mask = static_cast<uint16_t>(r.is_request() ? (r.ext_mask | X) : r.ext_mask);
+    t[0xA0 | op] = make_op(xrc_names[op], Transport::kXrc, r.op, r.pos, mask, r.has_payload);
+  }
   t[0x64] = make_op("UD_SEND_ONLY", Transport::kUd, kSend, P::kOnly, D, true);
   t[0x65] = make_op("UD_SEND_ONLY_WITH_IMMEDIATE", Transport::kUd, kSend, P::kOnly,
                     static_cast<uint16_t>(D | I), true);
@@ -227,5 +259,15 @@ static_assert(kOpcodeTable[opcode::kRcReadResponseMiddle].length == 12);
 static_assert(kOpcodeTable[opcode::kCnp].length == 28);
 static_assert(kOpcodeTable[opcode::kUcSendOnly].transport == Transport::kUc);
 static_assert(!kOpcodeTable[0x15].valid && !kOpcodeTable[0x40].valid && !kOpcodeTable[0xFF].valid);
+static_assert(kOpcodeTable[opcode::kXrcWriteOnlyImm].offset_of(Ext::kXrceth) == 12);
+static_assert(kOpcodeTable[opcode::kXrcWriteOnlyImm].offset_of(Ext::kReth) == 16);
+static_assert(kOpcodeTable[opcode::kXrcWriteOnlyImm].offset_of(Ext::kImmDt) == 32);
+static_assert(kOpcodeTable[opcode::kXrcWriteOnlyImm].length == 36);
+static_assert(kOpcodeTable[opcode::kXrcCompareSwap].offset_of(Ext::kAtomicEth) == 16);
+static_assert(kOpcodeTable[opcode::kXrcCompareSwap].length == 44);
+static_assert(kOpcodeTable[opcode::kXrcAck].length == 16 && !kOpcodeTable[opcode::kXrcAck].has(Ext::kXrceth));
+static_assert(kOpcodeTable[opcode::kXrcReadResponseOnly].offset_of(Ext::kAeth) == 12);
+static_assert(kOpcodeTable[opcode::kXrcSendOnlyInv].offset_of(Ext::kIeth) == 16);
+static_assert(!kOpcodeTable[0xB5].valid && !kOpcodeTable[0xBC].valid && !kOpcodeTable[0xBD].valid);
 
 }  // namespace uroce::wire

@@ -8,6 +8,7 @@ namespace {
 void parse_ext(const OpcodeInfo& info, Bytes b, ExtHeaders& x) {
   auto at = [&](Ext e) { return b.subspan(info.offset_of(e)); };
   // Lengths were checked against info.length by the caller, so these cannot fail.
+  if (info.has(Ext::kXrceth)) XrcethRepr::parse(at(Ext::kXrceth), x.xrceth);
   if (info.has(Ext::kFeth)) FethRepr::parse(at(Ext::kFeth), x.feth);
   if (info.has(Ext::kDeth)) DethRepr::parse(at(Ext::kDeth), x.deth);
   if (info.has(Ext::kReth)) RethRepr::parse(at(Ext::kReth), x.reth);
@@ -24,6 +25,7 @@ void parse_ext(const OpcodeInfo& info, Bytes b, ExtHeaders& x) {
 
 void emit_ext(const OpcodeInfo& info, const ExtHeaders& x, MutBytes b) {
   auto at = [&](Ext e) { return b.subspan(info.offset_of(e)); };
+  if (info.has(Ext::kXrceth)) x.xrceth.emit(at(Ext::kXrceth));
   if (info.has(Ext::kFeth)) x.feth.emit(at(Ext::kFeth));
   if (info.has(Ext::kDeth)) x.deth.emit(at(Ext::kDeth));
   if (info.has(Ext::kReth)) x.reth.emit(at(Ext::kReth));

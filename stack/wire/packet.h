@@ -23,11 +23,13 @@
 #include "wire/opcode.h"
 #include "wire/reth.h"
 #include "wire/udp.h"
+#include "wire/xrceth.h"
 
 namespace uroce::wire {
 
 /// Extension headers; which of them are meaningful is given by the opcode's ext_mask.
 struct ExtHeaders {
+  XrcethRepr xrceth;
   FethRepr feth;
   DethRepr deth;
   RethRepr reth;

@@ -82,6 +82,9 @@ TEST(Tshark, DecodesEveryOpcodeWeBuildTheSameWay) {
     for (int op = 0; op < 256; ++op) {
       const OpcodeInfo& info = opcode_info(static_cast<uint8_t>(op));
       if (!info.valid) continue;
+      // Wireshark (4.0) names the XRC opcodes but decodes nothing after their BTH: there is
+      // nothing to compare (tests/wire/opcode_test.cc checks their layouts by hand).
+      if (info.transport == Transport::kXrc) continue;
       for (int ipv6 = 0; ipv6 < 2; ++ipv6) {
         RoceHeaders h;
         h.eth.src = {0x02, 0, 0, 0, 0, 0x01};

@@ -10,6 +10,7 @@
 #include "wire/bth.h"
 #include "wire/deth.h"
 #include "wire/feth.h"
+#include "wire/xrceth.h"
 #include "wire/ieth.h"
 #include "wire/immdt.h"
 #include "wire/reth.h"
@@ -198,6 +199,24 @@ TEST(Deth, KnownBytes) {
 TEST(Deth, SourceQpMaskedOnEmit) {
   const DethRepr r{0x00000001, 0x5A, 0xFF000011};
   EXPECT_EQ(emit_bytes(r, 8), hex("00000001 5a 000011"));
+}
+
+// ---------------------------------------------------------------------------------------
+// XRCETH
+
+TEST(Xrceth, KnownBytes) {
+  // A reserved byte, then XRC SRQ number 0x000123 (big-endian, 24 bits).
+  const auto wire = hex("00 000123");
+  XrcethView v(wire);
+  EXPECT_EQ(v.reserved(), 0);
+  EXPECT_EQ(v.srqn(), 0x123u);
+  expect_fixed_codec<XrcethView>(wire, XrcethRepr{0, 0x123});
+  expect_fixed_codec<XrcethView>(hex("a5 fedcba"), XrcethRepr{0xA5, 0xFEDCBA});
+}
+
+TEST(Xrceth, SrqNumberMaskedOnEmit) {
+  const XrcethRepr r{0, 0xFF000011};
+  EXPECT_EQ(emit_bytes(r, 4), hex("00 000011"));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -28,13 +28,14 @@ struct Expected {
 
 // IBA vol 1 section 9.2 (table "OpCode field"), the FLUSH / ATOMIC WRITE annex, and the
 // RoCEv2 CNP. Offsets and lengths are worked out by hand: BTH 12, RETH 16, AETH 4,
-// AtomicETH 28, AtomicAckETH 8, ImmDt 4, IETH 4, DETH 8, FETH 4, CNP reserved 16.
+// AtomicETH 28, AtomicAckETH 8, ImmDt 4, IETH 4, DETH 8, FETH 4, XRCETH 4, CNP reserved 16.
 std::vector<Expected> expected_table() {
   using enum Operation;
   using P = Position;
   using T = Transport;
   const std::pair<Ext, uint8_t> reth12{Ext::kReth, 12}, aeth12{Ext::kAeth, 12},
-      imm12{Ext::kImmDt, 12}, imm28{Ext::kImmDt, 28};
+      imm12{Ext::kImmDt, 12}, imm28{Ext::kImmDt, 28}, x12{Ext::kXrceth, 12},
+      reth16{Ext::kReth, 16}, imm16{Ext::kImmDt, 16};
   std::vector<Expected> v = {
       {0x00, "RC_SEND_FIRST", T::kRc, kSend, P::kFirst, {}, 12, true},
       {0x01, "RC_SEND_MIDDLE", T::kRc, kSend, P::kMiddle, {}, 12, true},
@@ -84,13 +85,46 @@ std::vector<Expected> expected_table() {
       {0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", T::kUd, kSend, P::kOnly,
        {{Ext::kDeth, 12}, {Ext::kImmDt, 20}}, 24, true},
       {0x81, "CNP", T::kCnp, kCnp, P::kOnly, {{Ext::kCnpReserved, 12}}, 28, false},
+      // XRC (IBA 9.2): every request starts with the XRCETH (4 bytes at 12), responses are
+      // laid out as RC's. No FLUSH or ATOMIC WRITE.
+      {0xA0, "XRC_SEND_FIRST", T::kXrc, kSend, P::kFirst, {x12}, 16, true},
+      {0xA1, "XRC_SEND_MIDDLE", T::kXrc, kSend, P::kMiddle, {x12}, 16, true},
+      {0xA2, "XRC_SEND_LAST", T::kXrc, kSend, P::kLast, {x12}, 16, true},
+      {0xA3, "XRC_SEND_LAST_WITH_IMMEDIATE", T::kXrc, kSend, P::kLast, {x12, imm16}, 20, true},
+      {0xA4, "XRC_SEND_ONLY", T::kXrc, kSend, P::kOnly, {x12}, 16, true},
+      {0xA5, "XRC_SEND_ONLY_WITH_IMMEDIATE", T::kXrc, kSend, P::kOnly, {x12, imm16}, 20, true},
+      {0xA6, "XRC_RDMA_WRITE_FIRST", T::kXrc, kWrite, P::kFirst, {x12, reth16}, 32, true},
+      {0xA7, "XRC_RDMA_WRITE_MIDDLE", T::kXrc, kWrite, P::kMiddle, {x12}, 16, true},
+      {0xA8, "XRC_RDMA_WRITE_LAST", T::kXrc, kWrite, P::kLast, {x12}, 16, true},
+      {0xA9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", T::kXrc, kWrite, P::kLast, {x12, imm16}, 20,
+       true},
+      {0xAA, "XRC_RDMA_WRITE_ONLY", T::kXrc, kWrite, P::kOnly, {x12, reth16}, 32, true},
+      {0xAB, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", T::kXrc, kWrite, P::kOnly,
+       {x12, reth16, {Ext::kImmDt, 32}}, 36, true},
+      {0xAC, "XRC_RDMA_READ_REQUEST", T::kXrc, kReadRequest, P::kOnly, {x12, reth16}, 32, false},
+      {0xAD, "XRC_RDMA_READ_RESPONSE_FIRST", T::kXrc, kReadResponse, P::kFirst, {aeth12}, 16,
+       true},
+      {0xAE, "XRC_RDMA_READ_RESPONSE_MIDDLE", T::kXrc, kReadResponse, P::kMiddle, {}, 12, true},
+      {0xAF, "XRC_RDMA_READ_RESPONSE_LAST", T::kXrc, kReadResponse, P::kLast, {aeth12}, 16, true},
+      {0xB0, "XRC_RDMA_READ_RESPONSE_ONLY", T::kXrc, kReadResponse, P::kOnly, {aeth12}, 16, true},
+      {0xB1, "XRC_ACKNOWLEDGE", T::kXrc, kAck, P::kOnly, {aeth12}, 16, false},
+      {0xB2, "XRC_ATOMIC_ACKNOWLEDGE", T::kXrc, kAtomicAck, P::kOnly,
+       {aeth12, {Ext::kAtomicAckEth, 16}}, 24, false},
+      {0xB3, "XRC_COMPARE_SWAP", T::kXrc, kCompareSwap, P::kOnly, {x12, {Ext::kAtomicEth, 16}},
+       44, false},
+      {0xB4, "XRC_FETCH_ADD", T::kXrc, kFetchAdd, P::kOnly, {x12, {Ext::kAtomicEth, 16}}, 44,
+       false},
+      {0xB6, "XRC_SEND_LAST_WITH_INVALIDATE", T::kXrc, kSend, P::kLast, {x12, {Ext::kIeth, 16}},
+       20, true},
+      {0xB7, "XRC_SEND_ONLY_WITH_INVALIDATE", T::kXrc, kSend, P::kOnly, {x12, {Ext::kIeth, 16}},
+       20, true},
   };
   return v;
 }
 
 TEST(Opcode, EveryValidEntryMatchesTheHandWrittenTable) {
   const auto table = expected_table();
-  ASSERT_EQ(table.size(), 40u);
+  ASSERT_EQ(table.size(), 63u);
   for (const Expected& e : table) {
     SCOPED_TRACE(e.name);
     const OpcodeInfo& i = opcode_info(e.opcode);
@@ -161,6 +195,7 @@ TEST(Opcode, ConsistencyForAll256Values) {
       case Transport::kUc: EXPECT_EQ(t, 1u); EXPECT_TRUE(i.name.starts_with("UC_")); break;
       case Transport::kUd: EXPECT_EQ(t, 3u); EXPECT_TRUE(i.name.starts_with("UD_")); break;
       case Transport::kCnp: EXPECT_EQ(t, 4u); EXPECT_EQ(i.name, "CNP"); break;
+      case Transport::kXrc: EXPECT_EQ(t, 5u); EXPECT_TRUE(i.name.starts_with("XRC_")); break;
     }
     // The name says where the packet sits and what it carries.
     const std::string_view n = i.name;
@@ -172,10 +207,11 @@ TEST(Opcode, ConsistencyForAll256Values) {
     EXPECT_EQ(i.has_imm(), n.find("WITH_IMMEDIATE") != n.npos);
     EXPECT_EQ(i.has(Ext::kIeth), n.find("WITH_INVALIDATE") != n.npos);
     EXPECT_EQ(i.has(Ext::kDeth), i.transport == Transport::kUd);
-    // Only RC has acknowledgements.
+    // Only RC and XRC have acknowledgements; every XRC request, and nothing else, has an XRCETH.
     if (i.has(Ext::kAeth)) {
-      EXPECT_EQ(i.transport, Transport::kRc);
+      EXPECT_TRUE(i.transport == Transport::kRc || i.transport == Transport::kXrc);
     }
+    EXPECT_EQ(i.has(Ext::kXrceth), i.transport == Transport::kXrc && i.is_request());
     // First and middle packets carry whole MTUs, so they always have a payload.
     if (!i.ends_message()) {
       EXPECT_TRUE(i.has_payload);
@@ -184,7 +220,7 @@ TEST(Opcode, ConsistencyForAll256Values) {
       EXPECT_TRUE(i.has_payload);
     }
   }
-  EXPECT_EQ(valid, 40u);
+  EXPECT_EQ(valid, 63u);
 }
 
 TEST(Opcode, SampleLayouts) {
@@ -333,7 +369,8 @@ TEST(Opcode, RequestsAndResponses) {
 
 TEST(Opcode, ExtensionHeaderSizesAndNames) {
   const std::pair<Ext, std::pair<uint8_t, std::string_view>> exts[] = {
-      {Ext::kFeth, {4, "FETH"}},         {Ext::kDeth, {8, "DETH"}},
+      {Ext::kXrceth, {4, "XRCETH"}},     {Ext::kFeth, {4, "FETH"}},
+      {Ext::kDeth, {8, "DETH"}},
       {Ext::kReth, {16, "RETH"}},        {Ext::kAtomicEth, {28, "AtomicETH"}},
       {Ext::kAeth, {4, "AETH"}},         {Ext::kAtomicAckEth, {8, "AtomicAckETH"}},
       {Ext::kImmDt, {4, "ImmDt"}},       {Ext::kIeth, {4, "IETH"}},
@@ -353,6 +390,7 @@ TEST(Opcode, EnumNames) {
   EXPECT_EQ(to_string(Transport::kUc), "UC");
   EXPECT_EQ(to_string(Transport::kUd), "UD");
   EXPECT_EQ(to_string(Transport::kCnp), "CNP");
+  EXPECT_EQ(to_string(Transport::kXrc), "XRC");
   EXPECT_EQ(to_string(Position::kOnly), "only");
   EXPECT_EQ(to_string(Position::kFirst), "first");
   EXPECT_EQ(to_string(Position::kMiddle), "middle");

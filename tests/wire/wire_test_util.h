@@ -183,6 +183,7 @@ inline RoceHeaders random_headers(Rand& r, uint8_t opcode, bool ipv6, bool vlan)
   h.bth.psn = r.u32() & 0xFFFFFF;
   const OpcodeInfo& info = opcode_info(opcode);
   ExtHeaders& x = h.ext;
+  if (info.has(Ext::kXrceth)) x.xrceth = {r.u8(), r.u32() & 0xFFFFFF};
   if (info.has(Ext::kFeth)) x.feth.raw = r.u32();
   if (info.has(Ext::kDeth)) x.deth = {r.u32(), r.u8(), r.u32() & 0xFFFFFF};
   if (info.has(Ext::kReth)) x.reth = {r.u64(), r.u32(), r.u32()};

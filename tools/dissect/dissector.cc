@@ -398,6 +398,7 @@ Walk walk(Bytes data, Frame& f) {
     if (off + wire::kExtLen[e] > roce.size()) continue;
     const Bytes b = roce.subspan(off);
     switch (ext) {
+      case Ext::kXrceth: wire::XrcethRepr::parse(b, x.xrceth); break;
       case Ext::kFeth: wire::FethRepr::parse(b, x.feth); break;
       case Ext::kDeth: wire::DethRepr::parse(b, x.deth); break;
       case Ext::kReth: wire::RethRepr::parse(b, x.reth); break;
@@ -491,6 +492,7 @@ std::string ext_compact(const Frame& f) {
   const wire::ExtHeaders& x = f.pkt.hdr.ext;
   const wire::OpcodeInfo* info = f.info();
   std::string s;
+  if (f.has_ext(Ext::kXrceth)) s += strf(" XRCETH srq=0x%06x", x.xrceth.srqn);
   if (f.has_ext(Ext::kFeth))
     s += strf(" FETH sel=%u placement=%u", x.feth.selectivity(), x.feth.placement());
   if (f.has_ext(Ext::kDeth))

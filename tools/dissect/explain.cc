@@ -27,6 +27,7 @@ std::string_view transport_words(Transport t) {
     case Transport::kUc: return "unreliable connection (UC)";
     case Transport::kUd: return "unreliable datagram (UD)";
     case Transport::kCnp: return "RoCEv2 congestion control";
+    case Transport::kXrc: return "extended reliable connection (XRC)";
   }
   return "?";
 }
@@ -337,10 +338,11 @@ class ExplainPrinter final : public Printer {
       line("BTH.OpCode", strf("0x%02x", b.opcode), strf("bth.op.%u", b.opcode), full, brief);
     } else {
       line("BTH.OpCode", strf("0x%02x", b.opcode), "bth.op.bad",
-           "not a valid RC, UC, UD or CNP opcode", "");
+           "not a valid RC, UC, UD, XRC or CNP opcode", "");
     }
     const bool response = info != nullptr && info->is_response();
-    const bool connected = info != nullptr && info->transport == Transport::kRc;
+    const bool connected = info != nullptr &&
+                           (info->transport == Transport::kRc || info->transport == Transport::kXrc);
     line("BTH.SE", b.se ? "1" : "0", strf("bth.se.%d", b.se ? 1 : 0),
          b.se ? "solicited event: the receiver should wake a thread waiting for completions"
               : "solicited event: not requested",
@@ -408,6 +410,12 @@ class ExplainPrinter final : public Printer {
   void extensions(const Frame& f) {
     const wire::ExtHeaders& x = f.pkt.hdr.ext;
     const wire::OpcodeInfo& info = *f.info();
+    if (f.has_ext(Ext::kXrceth)) {
+      line("XRCETH.SRQ", strf("0x%06x", x.xrceth.srqn), "xrceth.srqn",
+           "XRC: the shared receive queue of the target QP's XRC domain this message goes to; "
+           "its PD checks the keys, its CQ gets the receive completion",
+           "XRC SRQ number");
+    }
     if (f.has_ext(Ext::kFeth)) {
       line("FETH.Selectivity", std::to_string(x.feth.selectivity()), "feth.sel",
            x.feth.selectivity() == 0 ? "flush the address range in the RETH"
@@ -831,7 +839,7 @@ class ExplainPrinter final : public Printer {
                             : strf("%" PRIu64 " (%" PRIu64 " packet%s missing before the capture "
                                    "point)",
                                    s.gaps, s.missing, s.missing == 1 ? "" : "s"));
-    if (s.transport == Transport::kRc) {
+    if (s.transport == Transport::kRc || s.transport == Transport::kXrc) {
       std::string naks;
       for (size_t code = 0; code < s.naks.size(); ++code) {
         if (s.naks[code] == 0) continue;

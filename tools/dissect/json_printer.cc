@@ -215,6 +215,11 @@ void write_headers(JsonWriter& j, const Frame& f) {
   j.end_object();
 
   const wire::ExtHeaders& x = h.ext;
+  if (f.has_ext(Ext::kXrceth)) {
+    j.begin_object("xrceth");
+    j.field("srqn", x.xrceth.srqn);
+    j.end_object();
+  }
   if (f.has_ext(Ext::kFeth)) {
     j.begin_object("feth");
     j.field("raw", x.feth.raw);

@@ -369,7 +369,7 @@ void QpTracker::on_request(const Frame& f, std::vector<Note>& notes) {
       push_bounded(s.gap_log, GapRange{s.next_psn, static_cast<uint32_t>(d), f.index}, kMaxGapLog);
       std::string t = strf("gap: expected PSN %u, got %u — %d packet%s missing before this point",
                            s.next_psn.value(), psn.value(), d, s_if(static_cast<uint64_t>(d)));
-      if (s.transport == wire::Transport::kRc) {
+      if (s.transport == wire::Transport::kRc || s.transport == wire::Transport::kXrc) {
         t += " (the responder will NAK with a PSN sequence error)";
       } else {
         t += " (nothing resends them on UC/UD)";
@@ -513,7 +513,11 @@ size_t QpTracker::pair(const Frame& f, std::vector<Note>& notes) {
   std::vector<size_t> candidates;
   for (size_t i = 0; i < streams_.size(); ++i) {
     const RequestStream& s = streams_[i];
-    if (s.key.src == rkey.dst && s.key.dst == rkey.src && s.transport == wire::Transport::kRc)
+    // XRC: an initiator's responses come back in its own transport (an XRC ACK answers only
+    // XRC requests).
+    if (s.key.src == rkey.dst && s.key.dst == rkey.src &&
+        s.transport == f.info()->transport &&
+        (s.transport == wire::Transport::kRc || s.transport == wire::Transport::kXrc))
       candidates.push_back(i);
   }
   if (candidates.empty()) return kNone;

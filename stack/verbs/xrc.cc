@@ -1,0 +1,155 @@
+// XRC in the provider: ibv_open_xrcd / ibv_close_xrcd, XRC SRQs (ibv_create_srq_ex,
+// ibv_get_srq_num) and the context ops that reach them. The QPs are in ext.cc
+// (op_create_qp_ex) and objects.cc (create_qp_in); the transport is the engine's.
+//
+// One process runs one engine per device, so an XRC domain is shared the way ibv_open_xrcd(3)
+// describes only among the opens of one context: a second process opening the same file gets
+// a domain of its own. ibv_open_qp (a target QP of another process) is not provided
+// (EOPNOTSUPP from libibverbs).
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+
+#include "verbs/provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+Xrcd* to_xrcd(ibv_xrcd* x) { return reinterpret_cast<Xrcd*>(x); }
+
+ibv_xrcd* op_open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* a) {
+  if (a->comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (!(a->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ContextState* s = state_of(ctx);
+  XrcdRec rec;
+  if (a->fd != -1) {
+    struct stat st;
+    if (fstat(a->fd, &st) != 0) {
+      errno = EBADF;
+      return nullptr;
+    }
+    rec.keyed = true;
+    rec.dev = st.st_dev;
+    rec.ino = st.st_ino;
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    for (XrcdRec& r : s->xrcds) {
+      if (!r.keyed || r.dev != rec.dev || r.ino != rec.ino) continue;
+      if ((a->oflags & O_CREAT) && (a->oflags & O_EXCL)) {
+        errno = EINVAL;  // it exists
+        return nullptr;
+      }
+      ++r.opens;
+      return &r.xrcd->ibv;
+    }
+    if (!(a->oflags & O_CREAT)) {
+      errno = EAGAIN;  // none for this file yet (the kernel's answer too)
+      return nullptr;
+    }
+  }
+  Runtime* rt = runtime_of(ctx);
+  {
+    EngineLock lock(rt);
+    rec.xrcd = rt->engine->create_xrcd();
+  }
+  rec.xrcd->ibv.context = ctx;
+  rec.opens = 1;
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  s->xrcds.push_back(rec);
+  return &rec.xrcd->ibv;
+}
+
+/// Closes one open of `x`: the last one destroys the domain (EBUSY while its SRQs or target
+/// QPs exist). `s->obj_mu` is not held.
+int close_xrcd_in(ContextState* s, Xrcd* x) {
+  {
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    auto it = std::find_if(s->xrcds.begin(), s->xrcds.end(),
+                           [x](const XrcdRec& r) { return r.xrcd == x; });
+    if (it == s->xrcds.end()) return EINVAL;
+    if (it->opens > 1) {
+      --it->opens;
+      return 0;
+    }
+  }
+  Runtime* rt = s->rt;
+  int r;
+  {
+    EngineLock lock(rt);
+    r = rt->engine->destroy_xrcd(x);
+  }
+  if (r != 0) return r;
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  std::erase_if(s->xrcds, [x](const XrcdRec& rec) { return rec.xrcd == x; });
+  return 0;
+}
+
+int op_close_xrcd(ibv_xrcd* x) { return close_xrcd_in(state_of(x->context), to_xrcd(x)); }
+
+ibv_srq* op_create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* a) {
+  if (a->comp_mask >= IBV_SRQ_INIT_ATTR_RESERVED) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const ibv_srq_type type =
+      (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a->srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_TM || (a->comp_mask & IBV_SRQ_INIT_ATTR_TM)) {
+    errno = EOPNOTSUPP;  // tag matching
+    return nullptr;
+  }
+  const bool xrc = type == IBV_SRQT_XRC;
+  if ((type != IBV_SRQT_BASIC && !xrc) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
+      a->pd == nullptr || a->pd->context != ctx ||
+      (xrc && (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || a->xrcd == nullptr ||
+               !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || a->cq == nullptr))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_srq_init_attr basic{};
+  basic.srq_context = a->srq_context;
+  basic.attr = a->attr;
+  ibv_srq* srq = create_srq_in(a->pd, &basic, xrc ? to_xrcd(a->xrcd) : nullptr,
+                               xrc ? a->cq : nullptr);
+  if (srq != nullptr) a->attr = basic.attr;
+  return srq;
+}
+
+int op_get_srq_num(ibv_srq* srq, uint32_t* num) {
+  *num = to_srq(srq)->handle;
+  return 0;
+}
+
+}  // namespace
+
+void install_xrc_ops(Context* ctx) {
+  ctx->vctx.open_xrcd = op_open_xrcd;
+  ctx->vctx.close_xrcd = op_close_xrcd;
+  ctx->vctx.create_srq_ex = op_create_srq_ex;
+  ctx->vctx.get_srq_num = op_get_srq_num;
+}
+
+void close_context_xrcds(ContextState* s) {
+  std::vector<Xrcd*> open;
+  {
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    for (const XrcdRec& r : s->xrcds) open.push_back(r.xrcd);
+  }
+  for (Xrcd* x : open) {
+    while (close_xrcd_in(s, x) == 0) {
+      std::lock_guard<std::mutex> lock(s->obj_mu);
+      if (std::none_of(s->xrcds.begin(), s->xrcds.end(),
+                       [x](const XrcdRec& r) { return r.xrcd == x; }))
+        break;
+    }
+  }
+}
+
+}  // namespace uroce::verbs
