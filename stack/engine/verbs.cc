@@ -278,7 +278,7 @@ int Engine::destroy_xrcd(Xrcd* xrcd) {
 }
 
 Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, Cq* cq) {
-  if ((xrcd != nullptr) != (cq != nullptr) || next_handle_ > 0xFFFFFF) {
+  if ((xrcd != nullptr) != (cq != nullptr) || (xrcd != nullptr && next_handle_ > 0xFFFFFF)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -345,13 +345,20 @@ int Engine::destroy_srq(Srq* srq) {
   if (srq->xrcd != nullptr) {
     // XRC targets hold no reference, only the SRQ of the message they are receiving: that
     // message is lost (its WQE went with the SRQ), the next one looks its SRQ up again.
-    for (auto& q : qps_)
-      if (q && q->srq == srq) {
+    for (auto& q : qps_) {
+      if (!q || q->type != IBV_QPT_XRC_RECV) continue;
+      if (q->srq == srq) {
         q->srq = nullptr;
         q->pd = nullptr;
         q->recv_cq = nullptr;
         q->have_rwqe = q->in_msg = false;
       }
+      for (RdAtomicRes& r : q->res) {  // a READ answered (or to replay) under its PD: gone
+        if (!r.valid || r.pd != srq->pd) continue;
+        if (r.sending) --q->res_sending;
+        r = RdAtomicRes{};
+      }
+    }
     --srq->xrcd->users;
     --srq->cq->users;
   }
@@ -509,9 +516,12 @@ int Engine::destroy_qp(Qp* qp) {
     std::lock_guard<std::mutex> lock(doorbell_mu_);
     std::erase(doorbells_, qp);
   }
-  // Its completions go with it: a later QP with the same number must not inherit them.
+  // Its completions go with it: a later QP with the same number must not inherit them. Not an
+  // XRC target's: it has no CQ, and the receives it delivered belong to its SRQs' CQs (as on
+  // RNICs, which clean only a QP's own CQs).
   if (qp->send_cq != nullptr) clean_cq(qp->send_cq, qp->qpn);
-  if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
+  if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq && qp->type != IBV_QPT_XRC_RECV)
+    clean_cq(qp->recv_cq, qp->qpn);
   mrs_.release_qp(qp->qpn);  // its type 2 windows: no later QP may use them
   for (size_t i = mcast_.size(); i-- > 0;) {
     const Gid gid = mcast_[i].gid;  // detaching may erase the entry
@@ -760,7 +770,13 @@ void Engine::reset_qp(Qp* qp) {
   // A reset QP starts afresh: completions it left in its CQs (flushed WRs of the error it
   // was reset from) go too, as RNICs clean their CQs on this transition (mlx5's cq_clean).
   if (qp->send_cq != nullptr) clean_cq(qp->send_cq, qp->qpn);
-  if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq) clean_cq(qp->recv_cq, qp->qpn);
+  if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq && qp->type != IBV_QPT_XRC_RECV)
+    clean_cq(qp->recv_cq, qp->qpn);  // (see destroy_qp)
+  if (qp->type == IBV_QPT_XRC_RECV) {  // no message in progress: no SRQ of its own
+    qp->srq = nullptr;
+    qp->pd = nullptr;
+    qp->recv_cq = nullptr;
+  }
   qp->sq_cursor = qp->sq_assigned_end = 0;
   qp->rd_atomic_outstanding = 0;
   qp->pkts_since_ackreq = 0;

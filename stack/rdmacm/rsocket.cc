@@ -18,9 +18,11 @@
 // non-empty target half to send. Four send-queue slots are kept for control messages.
 //
 // Threads: one mutex per socket; a call that must wait releases it while it sleeps in poll()
-// on the CQ's completion channel and the rdma_cm event channel. No service threads: a
-// connection's CM events (ESTABLISHED, DISCONNECTED) are read whenever the socket is used or
-// polled.
+// on the CQ's completion channel, the rdma_cm event channel and the socket's wake eventfd.
+// Whoever takes an event or a completion another sleeping thread may have been waiting for
+// (a reader's data found by a writer's poll, a DISCONNECTED read by either) writes the wake
+// fd. No service threads: a connection's CM events (ESTABLISHED, DISCONNECTED) are read
+// whenever the socket is used or polled.
 //
 // Not supported (EOPNOTSUPP): datagram rsockets (SOCK_DGRAM; librspreload then falls back to
 // the kernel's UDP), keepalive (SO_KEEPALIVE on), RDMA_ROUTE, AF_IB.
@@ -33,6 +35,7 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <time.h>
@@ -135,6 +138,8 @@ struct Mapping {  // riomap
 struct Rs {
   int fd = -1;  // the socket's number: its event channel's descriptor
   std::mutex mu;
+  int wake_fd = -1;  // eventfd: readable while it holds a wake-up for the threads asleep
+  int sleepers = 0;  // threads asleep in poll() on this socket's descriptors
   rdma_event_channel* ch = nullptr;
   rdma_cm_id* id = nullptr;
   int state = 0;
@@ -166,6 +171,7 @@ struct Rs {
   std::vector<IomapEntry> target_iomap;  // the peer's iomapped buffers
   Sge remote_sgl{}, remote_iomap{};      // where our announcements go in the peer
   int remote_sge = 1;
+  int next_land = 1;  // the target SGL entry the peer writes next (entry 0 came in ConnData)
   bool swap = false;  // the peer's byte order differs
 
   // Where the peer writes its announcements: kSglEntries Sge, then iomap_size IomapEntry.
@@ -214,6 +220,7 @@ uint8_t* alloc_zeroed(size_t n) {
 
 Rs* new_rs(const Rs* from) {
   auto* rs = new Rs;
+  rs->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (from != nullptr) {  // a listener's sizes go to the sockets it accepts
     rs->sq_size = from->sq_size;
     rs->rq_size = from->rq_size;
@@ -237,6 +244,7 @@ void free_rs(Rs* rs) {
   free(rs->sbuf);
   free(rs->rbuf);
   free(rs->land);
+  if (rs->wake_fd >= 0) close(rs->wake_fd);
   if (rs->pd != nullptr) ibv_dealloc_pd(rs->pd);
   if (rs->id != nullptr) rdma_destroy_id(rs->id);
   if (rs->ch != nullptr) {
@@ -350,21 +358,15 @@ void update_credits(Rs* rs) {
   rs->remote_sge = (rs->remote_sge + 1) % static_cast<int>(rs->remote_sgl.length);
 }
 
-/// The peer wrote a receive half into our target SGL (an SGL message's 16 bytes): take it.
-/// The landing area is only read once the message's completion is seen, so never half
-/// written; an entry is taken once (its length zeroed), and the peer writes that entry again
-/// only after we filled the half it names.
-void take_targets(Rs* rs) {
+/// The peer wrote a receive half into our target SGL (an SGL message that carried 16 bytes):
+/// take it. The peer writes the entries in turn, starting with entry 1 (entry 0 came in its
+/// ConnData), so this message wrote `next_land`; its completion is seen only once it is
+/// written whole, and the peer writes that entry again only after we filled the half it names.
+void take_target(Rs* rs) {
   std::atomic_thread_fence(std::memory_order_acquire);
-  for (int i = 0; i < kSglEntries; ++i) {
-    Sge s;
-    uint8_t* at = rs->land + i * sizeof(Sge);
-    std::memcpy(&s, at, sizeof s);
-    if (s.length == 0) continue;
-    rs->target[i] = s;
-    const uint32_t zero = 0;
-    std::memcpy(at + offsetof(Sge, length), &zero, sizeof zero);
-  }
+  const int i = rs->next_land;
+  std::memcpy(&rs->target[i], rs->land + i * sizeof(Sge), sizeof(Sge));
+  rs->next_land = (i + 1) % kSglEntries;
 }
 
 void take_iomap(Rs* rs, uint32_t index) {
@@ -380,7 +382,7 @@ void protocol_error(Rs* rs) {
   rs->err = EPROTO;
 }
 
-void on_message(Rs* rs, uint32_t m) {
+void on_message(Rs* rs, uint32_t m, uint32_t byte_len) {
   switch (op_of(m)) {
     case kOpData: {
       // A message is at most a receive half; and never more than the credits let the peer
@@ -396,7 +398,7 @@ void on_message(Rs* rs, uint32_t m) {
     }
     case kOpSgl:
       rs->sseq_comp = static_cast<uint16_t>(data_of(m));
-      take_targets(rs);
+      if (byte_len == sizeof(Sge)) take_target(rs);
       return;
     case kOpIomapSgl: take_iomap(rs, data_of(m) & 0xFFFF); return;
     case kOpCtrl:
@@ -436,28 +438,32 @@ void on_sent(Rs* rs, const ibv_wc& wc) {
   }
 }
 
-void poll_cq(Rs* rs) {
-  if (rs->cq == nullptr) return;
+/// The completions there are, handled; returns how many.
+int poll_cq(Rs* rs) {
+  if (rs->cq == nullptr) return 0;
   ibv_wc wc[16];
-  int n, received = 0;
+  int n, received = 0, total = 0;
   while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+    total += n;
     for (int i = 0; i < n; ++i) {
       if (!(wc[i].wr_id & kRecvWr)) {
         on_sent(rs, wc[i]);
       } else if (wc[i].status == IBV_WC_SUCCESS) {
         ++received;
-        if (wc[i].wc_flags & IBV_WC_WITH_IMM) on_message(rs, be32toh(wc[i].imm_data));
+        if (wc[i].wc_flags & IBV_WC_WITH_IMM)
+          on_message(rs, be32toh(wc[i].imm_data), wc[i].byte_len);
       }
     }
   }
-  if (!(rs->state & kConnected)) return;
+  if (!(rs->state & kConnected)) return total;
   while (received-- > 0) {
     if (post_recv(rs) != 0) {
       rs->state = kError;
       rs->err = errno;
-      return;
+      break;
     }
   }
+  return total;
 }
 
 // ---- Setting up a connection --------------------------------------------------------------------
@@ -591,11 +597,21 @@ void connect_step(Rs* rs, const rdma_cm_event* ev) {
   }
 }
 
-/// Reads the connection's rdma_cm events (never a listener's: raccept reads those).
-void handle_cm(Rs* rs) {
-  if (rs->state & kListening) return;
+/// Wakes the threads asleep on the socket: something they may wait for has been taken.
+void kick(Rs* rs) {
+  if (rs->sleepers == 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t r = write(rs->wake_fd, &one, sizeof one);
+}
+
+/// Reads the connection's rdma_cm events (never a listener's: raccept reads those); returns
+/// how many.
+int handle_cm(Rs* rs) {
+  if (rs->state & kListening) return 0;
+  int n = 0;
   rdma_cm_event* ev = nullptr;
   while (rdma_get_cm_event(rs->ch, &ev) == 0) {
+    ++n;
     if (rs->state & kOpening)
       connect_step(rs, ev);
     else if (ev->event == RDMA_CM_EVENT_DISCONNECTED && (rs->state & kConnected))
@@ -604,37 +620,55 @@ void handle_cm(Rs* rs) {
       rs->state = kError, rs->err = ENODEV;
     rdma_ack_cm_event(ev);
   }
+  return n;
 }
 
 void progress(Rs* rs) {
-  handle_cm(rs);
+  const int events = handle_cm(rs);
   update_credits(rs);
-  poll_cq(rs);
+  const int completions = poll_cq(rs);
   update_credits(rs);
+  if (events + completions > 0) kick(rs);
 }
 
-/// Takes a completion event if one is there (the channel is non-blocking). Asking also
-/// tells uroce's progress thread that the application is about to sleep.
-void take_cq_event(Rs* rs) {
+/// Takes a completion event if one is there (the channel is non-blocking): true if it did
+/// (the CQ must be armed again). Asking also tells uroce's progress thread that the
+/// application is about to sleep.
+bool take_cq_event(Rs* rs) {
   ibv_cq* cq = nullptr;
   void* ctx = nullptr;
-  if (rs->cq_ch != nullptr && ibv_get_cq_event(rs->cq_ch, &cq, &ctx) == 0) {
-    ibv_ack_cq_events(cq, 1);
-    rs->armed = false;
+  if (rs->cq_ch == nullptr || ibv_get_cq_event(rs->cq_ch, &cq, &ctx) != 0) return false;
+  ibv_ack_cq_events(cq, 1);
+  rs->armed = false;
+  kick(rs);  // a thread asleep on the CQ will not hear it now
+  return true;
+}
+
+/// Enters (true) and leaves (false) a sleep on the socket's descriptors, under its lock. The
+/// wake fd is emptied by the last sleeper to leave, so that no sleeper misses a wake-up.
+void sleeping(Rs* rs, bool enter) {
+  if (enter) {
+    ++rs->sleepers;
+    return;
+  }
+  if (--rs->sleepers == 0) {
+    uint64_t n;
+    [[maybe_unused]] const ssize_t r = read(rs->wake_fd, &n, sizeof n);
   }
 }
 
-/// Sleeps (the socket's lock released) until its rdma_cm channel, or its CQ if armed, has
-/// something.
+/// Sleeps (the socket's lock released) until its rdma_cm channel, its CQ if armed, or its
+/// wake fd has something.
 void sleep_on(Rs* rs, std::unique_lock<std::mutex>& lock) {
-  if (rs->armed) {
-    take_cq_event(rs);
-    if (!rs->armed) return;  // an event was there: poll the CQ (and arm it) again first
-  }
-  pollfd p[2] = {{rs->ch->fd, POLLIN, 0}, {rs->armed ? rs->cq_ch->fd : -1, POLLIN, 0}};
+  if (rs->armed && take_cq_event(rs)) return;  // an event was there: poll and arm again first
+  pollfd p[3] = {{rs->ch->fd, POLLIN, 0},
+                 {rs->armed ? rs->cq_ch->fd : -1, POLLIN, 0},
+                 {rs->wake_fd, POLLIN, 0}};
+  sleeping(rs, true);
   lock.unlock();
-  ::poll(p, 2, -1);
+  ::poll(p, 3, -1);
   lock.lock();
+  sleeping(rs, false);
   if (p[1].revents & POLLIN) take_cq_event(rs);
 }
 
@@ -738,14 +772,18 @@ struct Iov {
 
 /// Announces the riomap'ed buffers not yet announced (before any data, as rdma-core).
 int send_iomaps(Rs* rs, std::unique_lock<std::mutex>& lock, bool nonblock) {
-  for (Mapping& m : rs->maps) {
-    if (m.index < 0 || m.announced) continue;
+  for (size_t i = 0; i < rs->maps.size(); ++i) {
+    if (rs->maps[i].index < 0 || rs->maps[i].announced) continue;
     if (!can_send(rs)) {
+      // (the lock is let go meanwhile: riomap/riounmap may change the list)
       if (wait_for(rs, lock, nonblock,
                    [](const Rs* r) { return can_send(r) || !(r->state & kWritable); }) != 0)
         return -1;
       if (!(rs->state & kWritable)) return fail(ECONNRESET);
+      --i;  // look at this place again
+      continue;
     }
+    Mapping& m = rs->maps[i];
     IomapEntry e{m.offset, {reinterpret_cast<uintptr_t>(m.mr->addr), m.mr->rkey,
                             static_cast<uint32_t>(m.mr->length)}};
     if (rs->swap) {
@@ -1046,8 +1084,13 @@ int raccept(int socket, sockaddr* addr, socklen_t* addrlen) {
       continue;
     }
     // Until the RTU: the active side's QP takes our first message (credits) only once it
-    // is ready to receive, and a retransmission would cost a timeout.
-    if (!established(rs)) {
+    // is ready to receive, and a retransmission would cost a timeout. (Also on a
+    // non-blocking listener: an RTU follows its REP at once. The listener is let go
+    // meanwhile: an rpoll on it, or another raccept, need not wait for this one.)
+    lock.unlock();
+    const bool up = established(rs);
+    lock.lock();
+    if (!up) {
       free_rs(rs);
       continue;
     }
@@ -1189,14 +1232,17 @@ ssize_t rwritev(int socket, const iovec* iov, int iovcnt) {
 int rpoll(pollfd* fds, nfds_t nfds, int timeout) {
   const uint64_t start = now_ns();
   std::vector<pollfd> sleep_fds;
+  std::vector<Rs*> asleep;  // the rsockets this thread counts itself a sleeper of
   for (;;) {
     int cnt = check_all(fds, nfds);
     if (cnt != 0 || timeout == 0) return cnt;
     if (now_ns() - start < kSpinNs) continue;
-    // Arm every rsocket's CQ and look once more, then sleep on what can wake each one. An
-    // event left from an earlier arming is taken first (which also tells uroce's progress
-    // thread, as ibv_get_cq_event does, that the application is going to sleep).
+    // Arm every rsocket's CQ, count this thread among its sleepers and look once more, then
+    // sleep on what can wake each one. An event left from an earlier arming is taken first
+    // (which also tells uroce's progress thread, as ibv_get_cq_event does, that the
+    // application is going to sleep).
     sleep_fds.clear();
+    asleep.clear();
     for (nfds_t i = 0; i < nfds; ++i) {
       if (fds[i].fd < 0) continue;
       Rs* rs = lookup(fds[i].fd);
@@ -1214,16 +1260,30 @@ int rpoll(pollfd* fds, nfds_t nfds, int timeout) {
         sleep_fds.push_back({rs->cq_ch->fd, POLLIN, 0});
       }
       sleep_fds.push_back({rs->ch->fd, POLLIN, 0});
+      sleep_fds.push_back({rs->wake_fd, POLLIN, 0});
+      sleeping(rs, true);
+      asleep.push_back(rs);
     }
+    auto wake = [&asleep] {
+      for (Rs* rs : asleep) {
+        std::lock_guard<std::mutex> lock(rs->mu);
+        sleeping(rs, false);
+      }
+    };
     cnt = check_all(fds, nfds);
-    if (cnt != 0) return cnt;
     int left = -1;
-    if (timeout > 0) {
+    if (cnt == 0 && timeout > 0) {
       const auto spent = static_cast<int64_t>((now_ns() - start) / 1000000);
-      if (spent >= timeout) return 0;
-      left = static_cast<int>(timeout - spent);
+      left = spent >= timeout ? 0 : static_cast<int>(timeout - spent);
     }
-    if (::poll(sleep_fds.data(), sleep_fds.size(), left) < 0) return -1;
+    if (cnt != 0 || left == 0) {
+      wake();
+      return cnt;
+    }
+    const int r = ::poll(sleep_fds.data(), sleep_fds.size(), left);
+    const int e = errno;
+    wake();
+    if (r < 0) return fail(e);
   }
 }
 

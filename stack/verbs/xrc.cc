@@ -29,7 +29,6 @@ ibv_xrcd* op_open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* a) {
     errno = EINVAL;
     return nullptr;
   }
-  ContextState* s = state_of(ctx);
   XrcdRec rec;
   if (a->fd != -1) {
     struct stat st;
@@ -40,7 +39,13 @@ ibv_xrcd* op_open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* a) {
     rec.keyed = true;
     rec.dev = st.st_dev;
     rec.ino = st.st_ino;
-    std::lock_guard<std::mutex> lock(s->obj_mu);
+  }
+  // The table's lock is held throughout, the engine's taken inside it (no path takes them the
+  // other way round): two opens of one file make one domain, and a close cannot free a
+  // domain an open is joining.
+  ContextState* s = state_of(ctx);
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  if (rec.keyed) {
     for (XrcdRec& r : s->xrcds) {
       if (!r.keyed || r.dev != rec.dev || r.ino != rec.ino) continue;
       if ((a->oflags & O_CREAT) && (a->oflags & O_EXCL)) {
@@ -57,39 +62,33 @@ ibv_xrcd* op_open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* a) {
   }
   Runtime* rt = runtime_of(ctx);
   {
-    EngineLock lock(rt);
+    EngineLock engine(rt);
     rec.xrcd = rt->engine->create_xrcd();
   }
   rec.xrcd->ibv.context = ctx;
   rec.opens = 1;
-  std::lock_guard<std::mutex> lock(s->obj_mu);
   s->xrcds.push_back(rec);
   return &rec.xrcd->ibv;
 }
 
 /// Closes one open of `x`: the last one destroys the domain (EBUSY while its SRQs or target
-/// QPs exist). `s->obj_mu` is not held.
+/// QPs exist).
 int close_xrcd_in(ContextState* s, Xrcd* x) {
-  {
-    std::lock_guard<std::mutex> lock(s->obj_mu);
-    auto it = std::find_if(s->xrcds.begin(), s->xrcds.end(),
-                           [x](const XrcdRec& r) { return r.xrcd == x; });
-    if (it == s->xrcds.end()) return EINVAL;
-    if (it->opens > 1) {
-      --it->opens;
-      return 0;
-    }
+  std::lock_guard<std::mutex> lock(s->obj_mu);  // as in op_open_xrcd
+  auto it = std::find_if(s->xrcds.begin(), s->xrcds.end(),
+                         [x](const XrcdRec& r) { return r.xrcd == x; });
+  if (it == s->xrcds.end()) return EINVAL;
+  if (it->opens > 1) {
+    --it->opens;
+    return 0;
   }
-  Runtime* rt = s->rt;
   int r;
   {
-    EngineLock lock(rt);
-    r = rt->engine->destroy_xrcd(x);
+    EngineLock engine(s->rt);
+    r = s->rt->engine->destroy_xrcd(x);
   }
-  if (r != 0) return r;
-  std::lock_guard<std::mutex> lock(s->obj_mu);
-  std::erase_if(s->xrcds, [x](const XrcdRec& rec) { return rec.xrcd == x; });
-  return 0;
+  if (r == 0) s->xrcds.erase(it);
+  return r;
 }
 
 int op_close_xrcd(ibv_xrcd* x) { return close_xrcd_in(state_of(x->context), to_xrcd(x)); }

@@ -178,6 +178,34 @@ TEST(Xrc, EachSendLandsInTheSrqItNamesAndCompletesOnThatSrqsCq) {
   EXPECT_TRUE(drain(x.p.b).empty());  // B's own CQ: nothing
 }
 
+TEST(Xrc, ReceivesDeliveredStayOnTheSrqsCqWhenTheTargetGoes) {
+  // A target has no CQ of its own: destroying it (a peer that sent and disconnected, its CM
+  // handler destroying the QP before the SRQ's CQ was polled) must not take the completions
+  // of what it delivered.
+  XrcFixture x;
+  std::vector<uint8_t> b2(4096, 0);
+  auto* m2 = x.p.b.engine->reg_mr(x.pd2, b2.data(), b2.size(), kAll);
+  x.post_srq_recv(x.srq2, 7, b2, m2);
+  x.post_srq_recv(x.srq2, 8, b2, m2);
+  std::vector<uint8_t> src(64, 9);
+  auto* sm = x.p.a.reg(src, kAll);
+  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, sm->key};
+  ibv_send_wr w{};
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_SEND;
+  EXPECT_EQ(x.run_one(w, x.srq2->handle).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(x.run_one(w, x.srq2->handle).status, IBV_WC_SUCCESS);
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(x.p.b.engine->modify_qp(x.tgt, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(x.p.b.engine->destroy_qp(x.tgt), 0);
+  const auto c2 = drain_cq(*x.p.b.engine, x.cq2);
+  ASSERT_EQ(c2.size(), 2u);
+  EXPECT_EQ(c2[0].wr_id, 7u);
+  EXPECT_EQ(c2[1].wr_id, 8u);
+}
+
 TEST(Xrc, WriteReadAndAtomicsCheckKeysInTheNamedSrqsPd) {
   XrcFixture x;
   std::vector<uint8_t> target(8192, 0);

@@ -1,15 +1,23 @@
-/* A peer that breaks the rsocket protocol, against uroce's rsockets (stack/rdmacm/rsocket.cc).
+/* Checks of uroce's rsockets (stack/rdmacm/rsocket.cc) that no rdma-core example makes.
  *
- *   rsocket_hostile server ADDR PORT          an rsocket server: accepts, then only polls (never
+ * A peer that breaks the rsocket protocol:
+ *   rsocket_checks server ADDR PORT           an rsocket server: accepts, then only polls (never
  *                                             reads), and prints the connection's SO_ERROR
- *   rsocket_hostile client ADDR PORT MODE     rdma_cm and verbs, no rsockets: connects with a
+ *   rsocket_checks client ADDR PORT MODE      rdma_cm and verbs, no rsockets: connects with a
  *                                             valid rsocket handshake, then
  *     MODE oversize: one data message claiming 512 MiB (a receive half is 64 KiB);
  *     MODE flood:    1000 one-byte data messages while its credits allow 384.
  *
  * The server must end the connection with EPROTO (its ring of arrived messages and its
  * buffer stay in bounds; ASan checks the first), and print "error EPROTO". The client
- * ends when the server's DREQ arrives. Exit 0 on the expected outcome. */
+ * ends when the server's DREQ arrives. Exit 0 on the expected outcome.
+ *
+ * Two threads on one socket:
+ *   rsocket_checks duplex-server ADDR PORT / duplex-client ADDR PORT
+ * each end sends 32 MiB and receives 32 MiB at once, a thread each, with 8 KiB socket
+ * buffers: both threads keep waiting on the same socket (for data, for credits), and
+ * whichever takes an event must wake the other. Every byte is checked. */
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -155,9 +163,94 @@ static int client(const char* addr, const char* port, const char* mode) {
   return 0;
 }
 
+#define DUPLEX_BYTES (32u << 20)
+
+static uint8_t duplex_byte(uint64_t i, int from_server) {
+  return (uint8_t)((i * 2654435761u) >> 13) ^ (uint8_t)(from_server ? 0x5A : 0xA5);
+}
+
+struct duplex_rx {
+  int fd, from_server;
+  int ok;
+};
+
+static void* duplex_reader(void* arg) {
+  struct duplex_rx* r = arg;
+  static __thread uint8_t buf[65536];
+  uint64_t got = 0;
+  r->ok = 1;
+  while (got < DUPLEX_BYTES) {
+    const ssize_t n = rrecv(r->fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      printf("FAIL: rrecv after %llu bytes: %zd (errno %d)\n", (unsigned long long)got, n, errno);
+      r->ok = 0;
+      return NULL;
+    }
+    for (ssize_t i = 0; i < n; ++i)
+      if (buf[i] != duplex_byte(got + (uint64_t)i, r->from_server)) {
+        printf("FAIL: byte %llu differs\n", (unsigned long long)(got + (uint64_t)i));
+        r->ok = 0;
+        return NULL;
+      }
+    got += (uint64_t)n;
+  }
+  return NULL;
+}
+
+static int duplex_send(int fd, int from_server) {
+  static uint8_t buf[65536];
+  uint64_t sent = 0;
+  while (sent < DUPLEX_BYTES) {
+    const size_t k = sizeof buf;
+    for (size_t i = 0; i < k; ++i) buf[i] = duplex_byte(sent + i, from_server);
+    size_t off = 0;
+    while (off < k) {
+      const ssize_t n = rsend(fd, buf + off, k - off, 0);
+      CHECK(n > 0, "rsend after %llu bytes", (unsigned long long)(sent + off));
+      off += (size_t)n;
+    }
+    sent += k;
+  }
+  return 0;
+}
+
+static int duplex(const char* addr, const char* port, int server) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+  inet_pton(AF_INET, addr, &sin.sin_addr);
+  int s = rsocket(AF_INET, SOCK_STREAM, 0);
+  CHECK(s >= 0, "rsocket");
+  const int small = 8192;  /* a few messages in flight: both threads wait, often */
+  CHECK(rsetsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0, "SO_SNDBUF");
+  CHECK(rsetsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0, "SO_RCVBUF");
+  int fd = s;
+  if (server) {
+    CHECK(rbind(s, (struct sockaddr*)&sin, sizeof sin) == 0, "rbind");
+    CHECK(rlisten(s, 1) == 0, "rlisten");
+    printf("listening\n");
+    fflush(stdout);
+    fd = raccept(s, NULL, NULL);
+    CHECK(fd >= 0, "raccept");
+  } else {
+    CHECK(rconnect(s, (struct sockaddr*)&sin, sizeof sin) == 0, "rconnect");
+  }
+  struct duplex_rx rx = {fd, !server, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, duplex_reader, &rx) == 0, "pthread_create");
+  duplex_send(fd, server);
+  pthread_join(t, NULL);
+  if (!rx.ok) return 1;
+  printf("duplex: %u MiB each way, every byte as sent\n", DUPLEX_BYTES >> 20);
+  rclose(fd);
+  if (server) rclose(s);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && strcmp(argv[1], "duplex-server") == 0) return duplex(argv[2], argv[3], 1);
+  if (argc == 4 && strcmp(argv[1], "duplex-client") == 0) return duplex(argv[2], argv[3], 0);
   if (argc == 4 && strcmp(argv[1], "server") == 0) return server(argv[2], argv[3]);
   if (argc == 5 && strcmp(argv[1], "client") == 0) return client(argv[2], argv[3], argv[4]);
-  fprintf(stderr, "usage: rsocket_hostile server ADDR PORT | client ADDR PORT oversize|flood\n");
+  fprintf(stderr, "usage: rsocket_checks server ADDR PORT | client ADDR PORT oversize|flood |\n"
+                  "       duplex-server ADDR PORT | duplex-client ADDR PORT\n");
   return 2;
 }
