@@ -137,6 +137,20 @@ struct XrcFixture {
     }));
     return got.empty() ? ibv_wc{} : got[0];
   }
+
+  /// A 64-byte SEND into the SRQ numbered `srqn`, run until it completes.
+  ibv_wc send_small(uint32_t srqn) {
+    small.assign(64, 9);
+    if (small_mr == nullptr) small_mr = p.a.reg(small, kAll);
+    ibv_sge s{reinterpret_cast<uint64_t>(small.data()), 64, small_mr->key};
+    ibv_send_wr w{};
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    return run_one(w, srqn);
+  }
+  std::vector<uint8_t> small = std::vector<uint8_t>(64);
+  mem::Mr* small_mr = nullptr;
 };
 
 TEST(Xrc, EachSendLandsInTheSrqItNamesAndCompletesOnThatSrqsCq) {
@@ -187,15 +201,8 @@ TEST(Xrc, ReceivesDeliveredStayOnTheSrqsCqWhenTheTargetGoes) {
   auto* m2 = x.p.b.engine->reg_mr(x.pd2, b2.data(), b2.size(), kAll);
   x.post_srq_recv(x.srq2, 7, b2, m2);
   x.post_srq_recv(x.srq2, 8, b2, m2);
-  std::vector<uint8_t> src(64, 9);
-  auto* sm = x.p.a.reg(src, kAll);
-  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, sm->key};
-  ibv_send_wr w{};
-  w.sg_list = &s;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_SEND;
-  EXPECT_EQ(x.run_one(w, x.srq2->handle).status, IBV_WC_SUCCESS);
-  EXPECT_EQ(x.run_one(w, x.srq2->handle).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(x.send_small(x.srq2->handle).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(x.send_small(x.srq2->handle).status, IBV_WC_SUCCESS);
   ibv_qp_attr reset{};
   reset.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(x.p.b.engine->modify_qp(x.tgt, &reset, IBV_QP_STATE), 0);
@@ -262,14 +269,7 @@ TEST(Xrc, AnSrqNumberOutsideTheDomainIsARemoteAccessError) {
   sa.attr.max_wr = 4;
   Srq* basic = x.p.b.engine->create_srq(x.p.b.pd, &sa);
   ASSERT_NE(basic, nullptr);
-  std::vector<uint8_t> src(64, 1);
-  auto* sm = x.p.a.reg(src, kAll);
-  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, sm->key};
-  ibv_send_wr w{};
-  w.sg_list = &s;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_SEND;
-  EXPECT_EQ(x.run_one(w, basic->handle).status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(x.send_small(basic->handle).status, IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(x.p.b.engine->counters()[Counter::xrc_bad_srqn], 1u);
   EXPECT_EQ(x.tgt->state, IBV_QPS_ERR);
 }
