@@ -2,7 +2,7 @@
 # The middleware applications reach RDMA through, unmodified, under `uroce run` between two
 # network namespaces joined by a veth pair: UCX (its UCT transports rc_verbs and ud_verbs,
 # and UCP's tag matching with rendezvous, which Open MPI and MPICH use), libfabric's verbs
-# provider (msg, rdm over ofi_rxd, dgram), librdmacm's rdma_xserver/xclient and rsockets
+# provider (msg, rdm over ofi_rxm and ofi_rxd, dgram), librdmacm's rdma_xserver/xclient and rsockets
 # (rstream, riostream, and iperf3 through librspreload with the link checked to carry RoCE
 # only), and Open MPI and MPICH over UCX (a byte-checking ping-pong, one rank per namespace). Each case checks exit
 # codes and that the program printed its figures.
@@ -76,6 +76,7 @@ fab() {  # ARGS...
 }
 fab -p verbs -e msg                   # rdma_cm connections (binds "localhost" first)
 fab -p "verbs;ofi_rxd" -e rdm
+fab -p "verbs;ofi_rxm" -e rdm          # rdm over rdma_cm connections
 fab -p verbs -e dgram
 
 # librdmacm's example with inline data on a QP created with max_inline_data 0.
