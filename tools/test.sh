@@ -50,7 +50,7 @@ cmake --build build-tsan -j"$jobs" --target uroce_ibverbs runtime_test
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts)$'
 
-stage "fuzzing the frame parser for ${UROCE_FUZZ_SECONDS:-60} s"
+stage "fuzzing the frame parser and the engine for ${UROCE_FUZZ_SECONDS:-60} s each"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DUROCE_WERROR=ON -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
 cmake --build build-fuzz -j"$jobs"
