@@ -60,6 +60,11 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
     dev->pcap = value;
   } else if (key == "fault") {
     return parse_fault(value, &dev->fault);
+  } else if (key == "port") {
+    if (value != "af_packet" && value != "af_xdp")
+      return "port '" + value + "' must be af_packet (works everywhere) or af_xdp (needs "
+             "hugepages and the interface's XDP hook)";
+    dev->af_xdp = value == "af_xdp";
   } else if (key == "exclusive") {
     if (value != "yes" && value != "no") return "exclusive '" + value + "' must be yes or no";
     dev->exclusive = value == "yes";
@@ -75,8 +80,8 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
     dev->progress_cpu = static_cast<int>(cpu);
   } else {
     return "unknown setting '" + key +
-           "' (known: iface, devargs, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, progress, "
-           "progress_cpu)";
+           "' (known: iface, devargs, port, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
+           "progress, progress_cpu)";
   }
   return "";
 }
@@ -198,6 +203,11 @@ bool parse(const std::string& text, const std::string& source, Config* out, std:
       *error = source + ": device [" + d.name + "] needs iface = <interface> or devargs = <dpdk devargs>";
       return false;
     }
+    if (d.af_xdp && (d.iface.empty() || !d.devargs.empty())) {
+      *error = source + ": device [" + d.name + "] has port = af_xdp, which takes iface = "
+               "<interface> and no devargs";
+      return false;
+    }
   }
   return true;
 }
@@ -208,6 +218,7 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
                                          {"UROCE_MTU", "mtu"},     {"UROCE_VLAN", "vlan"},
                                          {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"},
                                          {"UROCE_EXCLUSIVE", "exclusive"},
+                                         {"UROCE_PORT", "port"},
                                          {"UROCE_PROGRESS", "progress"},
                                          {"UROCE_PROGRESS_CPU", "progress_cpu"}};
   for (const auto& [var, key] : kVars) {

@@ -29,6 +29,7 @@
 #include "dpdk/dpdk_port.h"
 #include "fault/fault_injector.h"
 #include "trace/pcap_trace.h"
+#include "xdp/xdp_port.h"
 #include "util/sys.h"
 #include "verbs/provider.h"
 #include "wire/udp.h"
@@ -447,11 +448,29 @@ Runtime* open_runtime(Device* d) {
   auto rt = std::make_unique<Runtime>();
   rt->dev = d;
   rt->pid = getpid();
-  drivers::DpdkConfig pc;
-  pc.iface = dc.iface;
-  pc.devargs = dc.devargs;
-  pc.shared = !dc.exclusive;
-  rt->port = drivers::DpdkPort::open(pc, &err);
+  std::string description;  // how the port is set up, for `uroce devinfo`
+  if (dc.af_xdp) {
+    drivers::XdpConfig xc;
+    xc.iface = dc.iface;
+    if (dc.ipv4) {
+      std::array<uint8_t, 16> a{};
+      a[10] = a[11] = 0xFF;
+      std::copy(dc.ipv4->begin(), dc.ipv4->end(), a.begin() + 12);
+      xc.addresses.push_back(a);
+    }
+    if (dc.ipv6) xc.addresses.push_back(*dc.ipv6);
+    auto xp = drivers::XdpPort::open(xc, &err);
+    if (xp) description = xp->describe();
+    rt->port = std::move(xp);
+  } else {
+    drivers::DpdkConfig pc;
+    pc.iface = dc.iface;
+    pc.devargs = dc.devargs;
+    pc.shared = !dc.exclusive;
+    auto dp = drivers::DpdkPort::open(pc, &err);
+    if (dp) description = dp->describe();
+    rt->port = std::move(dp);
+  }
   if (!rt->port) {
     std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
     errno = ENODEV;
@@ -461,7 +480,7 @@ Runtime* open_runtime(Device* d) {
   // `uroce devinfo` asks: how the port is set up, before ibv_devinfo's own lines.
   if (const char* v = std::getenv("UROCE_DEVINFO"); v != nullptr && std::strcmp(v, "1") == 0) {
     std::printf("%s: port %s\n", dc.name.c_str(),
-                static_cast<drivers::DpdkPort*>(port)->describe().c_str());
+                description.c_str());
     std::fflush(stdout);
   }
   if (!dc.pcap.empty()) {

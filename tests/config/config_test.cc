@@ -20,13 +20,15 @@ Env env_of(std::map<std::string, std::string> m) {
 TEST(Config, ParsesDevicesAndComments) {
   Config c;
   std::string err;
-  ASSERT_TRUE(parse("# two devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
+  ASSERT_TRUE(parse("# three devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
                     "mtu = 1024\n\n[rxe-like_1]\ndevargs = net_tap0,iface=t0\nipv6 = fd00::1\n"
                     "vlan = 7\npcap = /tmp/x.pcap\nexclusive = yes\nprogress = poll\n"
-                    "progress_cpu = 1\n",
+                    "progress_cpu = 1\n[xdp]\niface = veth1\nport = af_xdp\n",
                     "test.conf", &c, &err))
       << err;
-  ASSERT_EQ(c.devices.size(), 2u);
+  ASSERT_EQ(c.devices.size(), 3u);
+  EXPECT_TRUE(c.devices[2].af_xdp);
+  EXPECT_FALSE(c.devices[0].af_xdp);  // default: net_af_packet
   EXPECT_EQ(c.devices[0].name, "uroce0");
   EXPECT_EQ(c.devices[0].iface, "veth0");
   EXPECT_EQ(wire::to_string(*c.devices[0].ipv4), "10.0.0.1");
@@ -66,6 +68,8 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface=v0\nfault=loss\n", "t.conf:3: fault 'loss' needs a number >= 0"},
       {"[uroce0]\niface=v0\nfault=side=up\n", "t.conf:3: fault side 'up' must be tx, rx or both"},
       {"[uroce0]\niface=v0\nexclusive=1\n", "t.conf:3: exclusive '1' must be yes or no"},
+      {"[uroce0]\niface=v0\nport=xdp\n", "t.conf:3: port 'xdp' must be af_packet"},
+      {"[uroce0]\ndevargs=net_tap0\nport=af_xdp\n", "t.conf: device [uroce0] has port = af_xdp, which takes iface"},
       {"[uroce0]\niface=v0\nprogress=spin\n", "t.conf:3: progress 'spin' must be park"},
       {"[uroce0]\niface=v0\nprogress_cpu=x\n", "t.conf:3: progress_cpu 'x' must be a CPU"},
       {"[uroce0]\niface=v0\nprogress_cpu=-2\n", "t.conf:3: progress_cpu '-2' must be a CPU"},
@@ -109,8 +113,11 @@ TEST(Config, FaultSettingDescribesTheInjector) {
 TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
   Config c;
   std::string err;
-  ASSERT_TRUE(apply_env(env_of({{"UROCE_IFACE", "veth9"}, {"UROCE_MTU", "2048"}}), &c, &err));
+  ASSERT_TRUE(apply_env(
+      env_of({{"UROCE_IFACE", "veth9"}, {"UROCE_MTU", "2048"}, {"UROCE_PORT", "af_xdp"}}), &c,
+      &err));
   ASSERT_EQ(c.devices.size(), 1u);
+  EXPECT_TRUE(c.devices[0].af_xdp);
   EXPECT_EQ(c.devices[0].name, "uroce0");
   EXPECT_EQ(c.devices[0].iface, "veth9");
   EXPECT_EQ(c.devices[0].mtu, 2048u);
