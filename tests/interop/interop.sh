@@ -19,7 +19,8 @@
 # The guest runs guest-agent.sh: one boot serves every case (booting under TCG is the slow
 # part); the host hands it job files through the VM's 9p share.
 #
-# Environment: UROCE_LIB (dir holding our libibverbs.so.1), UROCE_BIN (the uroce command),
+# Environment: UROCE_PORT=af_xdp runs uroce's side on its AF_XDP port instead of net_af_packet.
+# UROCE_LIB (dir holding our libibverbs.so.1), UROCE_BIN (the uroce command),
 # VERIFY_BIN (rdma_verify, built from rdma_verify.c: data-checking RC traffic of every kind),
 # DISSECT_BIN (uroce-dissect, reads uroce's capture of each damaged case),
 # RXEVM (the rxe-vm scripts, default ../shared/rxe-vm next to the repo), INTEROP_DIR (state,
@@ -251,6 +252,7 @@ cmd_list() {
 uroce_cmd() {
   local fault=$1 pcap=$2; shift 2
   ip netns exec $NS env UROCE_IFACE=$VETH ${fault:+UROCE_FAULT=$fault} \
+    ${UROCE_PORT:+UROCE_PORT=$UROCE_PORT} \
     "$UROCE" run --pcap "$pcap" -- timeout "$CASE_TIMEOUT" "$@"
 }
 

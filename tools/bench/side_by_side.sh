@@ -3,6 +3,7 @@
 # joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B) and qperf (tcp_lat,
 # udp_lat) over the kernel, then unmodified perftest over uroce (DPDK net_af_packet on the
 # same veth), the latency tests again with the progress thread spinning (progress = poll),
+# perftest again on uroce's own AF_XDP port (port = af_xdp) on the same veth,
 # the CPU of an idle process and of one blocked in ibv_get_cq_event, and 10,000 RC QPs in one
 # process (tools/bench/qp_scale.c). The middleware, both ways on the same link: UCX's
 # ucx_perftest over its tcp transport and over rc_verbs on uroce, and Open MPI's ping-pong
@@ -122,6 +123,7 @@ qp_scale() {
 }
 # The same perftest with the progress thread spinning (progress = poll).
 polled() { export UROCE_PROGRESS=poll; "$@"; unset UROCE_PROGRESS; }
+xdp() { export UROCE_PORT=af_xdp; "$@"; unset UROCE_PORT; }  # uroce's own AF_XDP port
 
 # ucx_perftest, server in B and client in A, both under `uroce run` (the tcp transport does
 # not use uroce): DEVICE TRANSPORT COLUMN ARGS... (COLUMN of its "Final:" line: 3 typical
@@ -221,6 +223,14 @@ row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d
 row poll "ib_send_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_write_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
+# The same veth through uroce's AF_XDP port (port = af_xdp) instead of net_af_packet.
+xbw64() { xdp perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+row af_xdp "xdp ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" xbw64
+row af_xdp "xdp ib_write_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row af_xdp "xdp ib_send_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_send_bw -d uroce0 -x 1 -n 5000 -s 65536
+row af_xdp "xdp ib_read_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_read_bw -d uroce0 -x 1 -n 5000 -s 65536
+row af_xdp "xdp ib_send_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row af_xdp "xdp ib_write_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 # The middleware over the kernel's TCP and over uroce, on the same link.
 row kernel "UCX tcp am_lat 8 B" us - ucx ubn0 tcp 3 -t am_lat -n 10000 -s 8
 row uroce "UCX rc_verbs am_lat 8 B" us "UCX tcp am_lat 8 B" ucx uroce0:1 rc_verbs 3 -t am_lat -n 10000 -s 8
@@ -249,13 +259,13 @@ if command -v gnuplot >/dev/null; then
 set terminal pngcairo size 1700,700 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest, UCX rc_verbs, Open MPI UCX; yellow: progress = poll)\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest, UCX rc_verbs, Open MPI UCX; yellow: progress = poll; purple: port = af_xdp)\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
 set xtics rotate by -45 font ",10"
 set rmargin 12
-color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : 0xcc6677
+color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : g eq 'af_xdp' ? 0x882255 : 0xcc6677
 set logscale y
 set yrange [10:*]
 set title 'bandwidth, MB/s (higher is better, log scale)'
