@@ -7,6 +7,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +118,25 @@ uint64_t free_hugepage_mib() {
   return (free_pages > reserved ? free_pages - reserved : 0) * page_kib / 1024;
 }
 
+/// One process per PCI device: with uio (unlike vfio) two processes could both open a NIC and
+/// program it at once. Each holds an advisory lock on the device's sysfs config file (global,
+/// whatever the network namespace; no file of ours anywhere) until it exits: the EAL keeps
+/// the device for the process's life. "" when claimed, else one line naming the problem.
+std::string claim_pci(const std::string& addr) {
+  static int claimed_fd = -1;  // kept open: the lock lasts until the process ends
+  if (claimed_fd >= 0) return "";
+  const std::string path = "/sys/bus/pci/devices/" + addr + "/config";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";  // no such device: pci_unusable says so
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return "PCI device " + addr + " is in use by another uroce process: each process needs a "
+           "NIC (or a virtual function) of its own";
+  }
+  claimed_fd = fd;
+  return "";
+}
+
 /// Why a PCI device cannot be given to DPDK, as one line naming the fix; "" if it can.
 std::string pci_unusable(const std::string& addr, uint64_t eal_mib) {
   const std::string dir = "/sys/bus/pci/devices/" + addr;
@@ -175,7 +195,9 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
   constexpr uint64_t kEalMib = 256;
   const std::string pci = pci_address(cfg.devargs);
   if (!pci.empty()) {
-    *error = pci_unusable(pci, kEalMib);
+    // Another process's NIC first: it also holds the hugepages the next check counts.
+    *error = claim_pci(pci);
+    if (error->empty()) *error = pci_unusable(pci, kEalMib);
     if (!error->empty()) return false;
   }
   const bool huge = !pci.empty();  // checked above: enough are free

@@ -32,6 +32,17 @@ inline constexpr CmCounterInfo kCmCounterInfo[] = {
 };
 inline constexpr size_t kCmCounters = std::size(kCmCounterInfo);
 
+/// The packet port's own counters (below the engine), shown by `uroce stats` when not zero.
+inline constexpr CmCounterInfo kPortCounterInfo[] = {
+    {"port_rx_frames", "frames the port received"},
+    {"port_tx_frames", "frames the port sent"},
+    {"port_rx_dropped", "frames the NIC, PMD or kernel dropped before uroce saw them (no buffer, ring full)"},
+    {"port_rx_oversize", "AF_XDP: frames longer than a frame slot, dropped"},
+    {"xdp_to_uroce", "AF_XDP: frames uroce's XDP program handed the socket (RoCE for us)"},
+    {"xdp_to_kernel", "AF_XDP: frames it left to the kernel (everything else on the interface)"},
+};
+inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);
+
 struct StatsShm {
   static constexpr uint64_t kMagic = 0x75726f6365737473ull;  // "urocests"
   uint64_t magic;
@@ -50,6 +61,7 @@ struct StatsShm {
   uint64_t progress_woke_kick;      // an application thread left work
   uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
   uint64_t cm[kCmCounters];         // kCmCounterInfo's; all 0 while no CM runs
+  uint64_t port[kPortCounters];     // kPortCounterInfo's
 };
 
 inline std::string stats_shm_name(int pid, const std::string& device) {

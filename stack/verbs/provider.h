@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,6 +100,8 @@ struct Runtime {
   StatsShm* stats = nullptr;   // published counters (uroce stats), or null
   std::string stats_name;
   uint64_t stats_next = 0;     // under emu
+  // Fills kPortCounters values with the port's own counters (under emu).
+  std::function<void(uint64_t*)> port_counters;
   std::atomic<uint64_t> dm_in_use{0};  // bytes of device memory allocated (ibv_alloc_dm)
   std::mutex notify_mu;
   std::vector<Cq*> armed;      // CQs armed with ibv_req_notify_cq (under notify_mu)

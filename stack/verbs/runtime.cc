@@ -161,6 +161,7 @@ void publish_stats(Runtime* rt, uint64_t now) {
     static_assert(std::size(v) == kCmCounters);
     std::copy(std::begin(v), std::end(v), rt->stats->cm);
   }
+  if (rt->port_counters) rt->port_counters(rt->stats->port);
   rt->stats->updated_ns = now;
 }
 
@@ -432,6 +433,7 @@ void teardown(Runtime* rt) {
   rt->engine.reset();
   rt->fault.reset();
   rt->trace.reset();
+  rt->port_counters = nullptr;
   rt->port.reset();
   delete rt;
 }
@@ -460,7 +462,16 @@ Runtime* open_runtime(Device* d) {
     }
     if (dc.ipv6) xc.addresses.push_back(*dc.ipv6);
     auto xp = drivers::XdpPort::open(xc, &err);
-    if (xp) description = xp->describe();
+    if (xp) {
+      description = xp->describe();
+      rt->port_counters = [p = xp.get()](uint64_t* v) {
+        const drivers::XdpPort::Stats s = p->stats();
+        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped,
+                                s.rx_oversize, s.steered, s.passed};
+        static_assert(std::size(all) == kPortCounters);
+        std::copy(std::begin(all), std::end(all), v);
+      };
+    }
     rt->port = std::move(xp);
   } else {
     drivers::DpdkConfig pc;
@@ -468,7 +479,16 @@ Runtime* open_runtime(Device* d) {
     pc.devargs = dc.devargs;
     pc.shared = !dc.exclusive;
     auto dp = drivers::DpdkPort::open(pc, &err);
-    if (dp) description = dp->describe();
+    if (dp) {
+      description = dp->describe();
+      rt->port_counters = [p = dp.get()](uint64_t* v) {
+        const drivers::DpdkPort::Stats s = p->stats();
+        const uint64_t all[] = {s.rx_packets, s.tx_packets, s.rx_missed + s.rx_nombuf + s.rx_errors,
+                                0, 0, 0};
+        static_assert(std::size(all) == kPortCounters);
+        std::copy(std::begin(all), std::end(all), v);
+      };
+    }
     rt->port = std::move(dp);
   }
   if (!rt->port) {

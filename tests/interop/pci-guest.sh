@@ -76,6 +76,13 @@ pair "ibv_rc_pingpong, rdma_rxe serves, uroce on $PCI_DRIVER connects" rxe \
   ibv_rc_pingpong -d uroce0 -g 1 -m 1024 -s 4096 -n 100 -c
 pair "ibv_rc_pingpong, uroce on $PCI_DRIVER serves" uroce \
   ibv_rc_pingpong -d uroce0 -g 1 -m 1024 -s 4096 -n 100 -c
+# One process per NIC: a second one is refused while the first holds it.
+timeout 300 "${U[@]}" ib_write_bw -d uroce0 -x 1 -F > holder.log 2>&1 &
+holder=$!
+for _ in $(seq 300); do ss -Hltn 'sport = :18515' | grep -q . && break; sleep 0.2; done
+expect_refusal "while another process holds it" "in use by another uroce process"
+kill "$holder"; wait "$holder" 2>/dev/null
+for _ in $(seq 100); do ss -Hltn 'sport = :18515' | grep -q . || break; sleep 0.2; done
 pair "ib_write_bw 64 KiB, uroce on $PCI_DRIVER the client" rxe \
   ib_write_bw -d uroce0 -x 1 -s 65536 -n 100 -F
 pair "ib_read_bw 4 KiB, uroce on $PCI_DRIVER the server" uroce \

@@ -8,9 +8,9 @@
 #     neighbour solicitations from the kernel's table, having made the kernel resolve them);
 #   - no XDP program left behind by a program that ends, one taken off after a kill -9, and a
 #     second process on the same interface refused with one line.
-# Usage: af_xdp.sh LIBDIR. Needs root (exit 77 = skipped otherwise).
+# Usage: af_xdp.sh LIBDIR UROCE_BIN. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
-lib=$1
+lib=$1 uroce_bin=$2
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces and XDP"; exit 77; }
 command -v ib_write_bw >/dev/null && command -v rping >/dev/null && command -v ping >/dev/null \
   || { echo "SKIP: perftest / rdmacm-utils / iputils-ping not installed"; exit 77; }
@@ -73,6 +73,12 @@ for _ in range(32): s.sendall(d); h.update(d)
 s.close(); print(32 * len(d), h.hexdigest())') || fail "TCP transfer beside uroce"
 wait "$tcp_server" || fail "TCP receiver"
 [ "$(cat "$dir/tcp_server.log")" = "$want" ] || fail "TCP data differs: sent $want, got $(cat "$dir/tcp_server.log")"
+# What the XDP programs did meanwhile (uroce stats: both processes' port counters).
+"$uroce_bin" stats >"$dir/stats.log" 2>&1 || fail "uroce stats"
+to_us=$(awk '$1 == "xdp_to_uroce" {s += $2} END {print s + 0}' "$dir/stats.log")
+to_kernel=$(awk '$1 == "xdp_to_kernel" {s += $2} END {print s + 0}' "$dir/stats.log")
+[ "$to_us" -gt 1000 ] && [ "$to_kernel" -gt 10 ] \
+  || fail "uroce stats: xdp_to_uroce $to_us, xdp_to_kernel $to_kernel (want RoCE to us, the rest to the kernel)"
 wait "$client" || fail "ib_write_bw client"
 wait "$server" || fail "ib_write_bw server"
 grep -q "uroce's XDP program" "$dir/server.log" || fail "devinfo does not describe the AF_XDP port"
@@ -82,7 +88,7 @@ udp_leak=$(( $(udp_in "$nsB") - udp_before ))
 # ib_write_bw moved some 10^5 RoCE frames: had the program passed them on, the kernel's UDP
 # would have counted each (no socket on 4791).
 [ "$udp_leak" -lt 100 ] || fail "$udp_leak UDP datagrams reached B's kernel during the RoCE run"
-echo "ok: ib_write_bw 64 KiB over AF_XDP:$row; beside it $(grep -o '[0-9]* received' "$dir/ping.log") pings and 32 MiB of TCP, checked; B's kernel UDP saw $udp_leak datagrams"
+echo "ok: ib_write_bw 64 KiB over AF_XDP:$row; beside it $(grep -o '[0-9]* received' "$dir/ping.log") pings and 32 MiB of TCP, checked; B's kernel UDP saw $udp_leak datagrams; the XDP programs: $to_us frames to uroce, $to_kernel to the kernel"
 xdp_attached "$nsB" "$ifB" && fail "the XDP program stayed on $ifB after uroce ended"
 xdp_attached "$nsA" "$ifA" && fail "the XDP program stayed on $ifA after uroce ended"
 echo "ok: no XDP program left on either interface"

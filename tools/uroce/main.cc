@@ -352,6 +352,11 @@ int stats(int only_pid) {
         std::printf("  %-26s %14llu  %s\n", uroce::kCmCounterInfo[i].name,
                     static_cast<unsigned long long>(st->cm[i]), uroce::kCmCounterInfo[i].text);
       }
+      for (size_t i = 0; i < uroce::kPortCounters; ++i) {
+        if (st->port[i] == 0) continue;
+        std::printf("  %-26s %14llu  %s\n", uroce::kPortCounterInfo[i].name,
+                    static_cast<unsigned long long>(st->port[i]), uroce::kPortCounterInfo[i].text);
+      }
       for (size_t i = 1; i < static_cast<size_t>(uroce::wire::ParseError::kCount); ++i) {
         if (st->parse_errors[i] == 0) continue;
         const auto err = static_cast<uroce::wire::ParseError>(i);
