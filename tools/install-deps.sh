@@ -19,6 +19,7 @@ packages=(
   iperf3 qperf                               # the kernel sockets side of tools/bench/side_by_side.sh
   python3-pyverbs time                       # pyverbs smoke test; /usr/bin/time for the bench
   gnuplot-nox                                # plots of the benchmark scripts
+  chromium                                   # uroce-dissect --ladder's page tested in a browser
   qemu-system-x86 qemu-utils debootstrap     # the kernel Soft-RoCE VM (../shared/rxe-vm) for
   e2fsprogs tcpdump xz-utils cpio            #   the interop tests
 )

@@ -305,5 +305,41 @@ TEST(DissectCli, UsageErrorsExitTwoAndHelpExitsZero) {
   EXPECT_EQ(help.err, "");
 }
 
+TEST(DissectCli, LadderWritesOneSelfContainedPage) {
+  const std::string cap = pcap_path("kernel-rxe-lossy_send_bw_4096-head.pcap");
+  EXPECT_EQ(run_tool({"--ladder"}).status, 2);
+  const auto mixed = run_tool({"--ladder", "x.html", "--json", cap});
+  EXPECT_EQ(mixed.status, 2);
+  EXPECT_NE(mixed.err.find("--ladder cannot be combined"), std::string::npos) << mixed.err;
+  const auto nowhere = run_tool({"--ladder", "/nonexistent-dir/x.html", cap});
+  EXPECT_EQ(nowhere.status, 1);
+  EXPECT_NE(nowhere.err.find("cannot write the page"), std::string::npos) << nowhere.err;
+
+  const std::string page = ::testing::TempDir() + "/ladder_cli.html";
+  const auto ok = run_tool({"--ladder", page, cap});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("wrote " + page), std::string::npos);
+  std::ifstream in(page);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  // Opens offline: nothing is fetched (the only URL is the SVG namespace's name).
+  for (const char* fetch : {"src=", "href=", "https://", "@import", "fetch("})
+    EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
+  size_t urls = 0;
+  for (size_t at = html.find("http://"); at != std::string::npos; at = html.find("http://", at + 1)) {
+    EXPECT_EQ(html.compare(at, 26, "http://www.w3.org/2000/svg"), 0);
+    ++urls;
+  }
+  EXPECT_EQ(urls, 1u);
+  // The NAK's frame is in the page's data; the data's own "</" cannot end its script early:
+  // exactly the page's three script elements close.
+  EXPECT_NE(html.find("\"i\":117,"), std::string::npos);
+  size_t closes = 0;
+  for (size_t at = html.find("</script>"); at != std::string::npos; at = html.find("</script>", at + 1))
+    ++closes;
+  EXPECT_EQ(closes, 3u);
+  std::remove(page.c_str());
+}
+
 }  // namespace
 }  // namespace uroce::dissect

@@ -1,5 +1,6 @@
 // uroce-dissect: decode RoCEv2 captures. See docs/dissect.md.
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -8,7 +9,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: uroce-dissect [--explain | --json] FILE.pcap\n"
+    "usage: uroce-dissect [--explain | --json | --ladder OUT.html] FILE.pcap\n"
     "\n"
     "Decodes the RoCEv2 packets of an Ethernet pcap/pcapng capture.\n"
     "  (default)   one line per packet, then a summary line\n"
@@ -16,6 +17,10 @@ constexpr const char* kUsage =
     "              per-QP tracking (gaps, retransmissions, NAKs, RNR waits, READ and atomic\n"
     "              matching) and a per-QP summary\n"
     "  --json      JSON Lines: one object per packet, then one {\"summary\": ...} object\n"
+    "  --ladder OUT.html\n"
+    "              a ladder diagram, one self-contained page: a lane per endpoint, an arrow\n"
+    "              per packet (opcode, PSN, MSN, length), NAKs, retransmissions and bad\n"
+    "              packets coloured, hover for the --explain text; open it in a browser\n"
     "  --help      show this text\n"
     "\n"
     "Exit status: 0 ok; 1 the capture cannot be opened, is not Ethernet, or is truncated or\n"
@@ -35,6 +40,7 @@ int main(int argc, char** argv) {
   std::string path;
   bool have_path = false;
   bool options_done = false;
+  std::string ladder_out;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (!options_done && (arg == "--help" || arg == "-h")) {
@@ -43,8 +49,18 @@ int main(int argc, char** argv) {
     }
     if (!options_done && (arg == "--explain" || arg == "--json")) {
       const Mode m = arg == "--json" ? Mode::kJson : Mode::kExplain;
+      if (mode == Mode::kLadder) return usage_error("--ladder cannot be combined with --explain or --json");
       if (mode_set && m != mode) return usage_error("--explain and --json cannot be combined");
       mode = m;
+      mode_set = true;
+      continue;
+    }
+    if (!options_done && arg == "--ladder") {
+      if (mode_set && mode != Mode::kLadder)
+        return usage_error("--ladder cannot be combined with --explain or --json");
+      if (i + 1 >= argc) return usage_error("--ladder needs the page's file name (OUT.html)");
+      ladder_out = argv[++i];
+      mode = Mode::kLadder;
       mode_set = true;
       continue;
     }
@@ -60,5 +76,21 @@ int main(int argc, char** argv) {
     have_path = true;
   }
   if (!have_path) return usage_error("no capture file given");
+  if (mode == Mode::kLadder) {
+    std::ofstream page(ladder_out, std::ios::binary | std::ios::trunc);
+    if (!page) {
+      std::cerr << "uroce-dissect: " << ladder_out << ": cannot write the page: "
+                << std::strerror(errno) << '\n';
+      return 1;
+    }
+    const int rc = uroce::dissect::dissect_file(path, mode, page, std::cerr);
+    page.close();
+    if (!page) {
+      std::cerr << "uroce-dissect: " << ladder_out << ": writing the page failed\n";
+      return 1;
+    }
+    if (rc == 0) std::cout << "uroce-dissect: wrote " << ladder_out << " (open it in a browser)\n";
+    return rc;
+  }
   return uroce::dissect::dissect_file(path, mode, std::cout, std::cerr);
 }

@@ -112,6 +112,7 @@ std::string QpTracker::stream_name(const StreamKey& k) {
 
 std::vector<Note> QpTracker::observe(const Frame& f) {
   std::vector<Note> notes;
+  last_stream_ = -1;
   if (!f.is_roce() || f.info() == nullptr) return notes;
   learn_mtu(f);
   if (f.icrc_bad()) {
@@ -319,6 +320,7 @@ void QpTracker::on_request(const Frame& f, std::vector<Note>& notes) {
     streams_.back().key = key;
   }
   RequestStream& s = streams_[it->second];
+  last_stream_ = static_cast<int64_t>(it->second);
   const Psn psn(h.bth.psn);
   const bool is_read = info.op == Operation::kReadRequest;
   ++s.req_packets;
@@ -564,6 +566,7 @@ void QpTracker::on_response(const Frame& f, std::vector<Note>& notes) {
     return;
   }
   RequestStream& s = streams_[idx];
+  last_stream_ = static_cast<int64_t>(idx);
   ++s.resp_packets;
   s.resp_payload_bytes += f.payload_len;
   s.resp_wire_bytes += f.orig_len;

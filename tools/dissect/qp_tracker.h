@@ -219,6 +219,9 @@ class QpTracker {
   static std::string stream_name(const StreamKey& k);
   /// Unmatched responses (no request stream could be found for them).
   uint64_t unmatched() const { return unmatched_; }
+  /// The request stream (index into streams()) the frame last observed belongs to, as a
+  /// request or as a paired response; -1 if none (not RoCE, CM, CNP, bad ICRC, unmatched).
+  int64_t last_stream() const { return last_stream_; }
 
  private:
   void on_cm(const Frame& f, const wire::CmMessage& m, std::vector<Note>& notes);
@@ -243,6 +246,7 @@ class QpTracker {
   std::map<StreamKey, size_t> requests_;   // request stream key -> index
   std::map<StreamKey, size_t> responses_;  // response stream key -> request stream index
   uint64_t unmatched_ = 0;
+  int64_t last_stream_ = -1;
   std::vector<CmConnection> cm_;
 };
 

@@ -54,10 +54,11 @@ std::string read_problem(uint64_t read, const std::string& pcap_error) {
               pcap_error.c_str());
 }
 
-std::unique_ptr<Printer> make_printer(Mode mode, std::ostream& out) {
+std::unique_ptr<Printer> make_printer(Mode mode, std::ostream& out, const QpTracker& tracker) {
   switch (mode) {
     case Mode::kExplain: return make_explain_printer(out);
     case Mode::kJson: return make_json_printer(out);
+    case Mode::kLadder: return make_ladder_printer(out, tracker);
     case Mode::kLine: break;
   }
   return make_line_printer(out);
@@ -101,9 +102,9 @@ int dissect_file(const std::string& path, Mode mode, std::ostream& out, std::ost
   drivers::PcapReader reader(path);
   if (!reader.ok()) return fail(open_problem(reader.error()));
   const PathMtu mtu = scanner.result();
-  std::unique_ptr<Printer> printer = make_printer(mode, out);
-  printer->begin({path, mtu});
   QpTracker tracker(mtu);
+  std::unique_ptr<Printer> printer = make_printer(mode, out, tracker);
+  printer->begin({path, mtu});
   Counts counts;
   drivers::PcapRecord rec;
   uint64_t index = 0;

@@ -8,9 +8,9 @@
 
 namespace uroce::dissect {
 
-enum class Mode : uint8_t { kLine, kExplain, kJson };
+enum class Mode : uint8_t { kLine, kExplain, kJson, kLadder };
 
-/// Dissects the capture at `path`, writing the output to `out`. Returns the exit status:
+/// Dissects the capture at `path`, writing the output to `out` (kLadder: the HTML page). Returns the exit status:
 /// 0 when the whole capture was read, 1 when it could not be opened, is not an Ethernet
 /// capture, or is truncated or corrupt; then one line naming the file and the problem goes to
 /// `err` ("uroce-dissect: FILE: problem"), after the packets that could be read.
