@@ -107,6 +107,15 @@ try:
         check(len(want) > 0 and [g[1] for g in got] == want and all(g[3] == k for g in got),
               f"connection {k} ({a} QP 0x{x:06x} <-> {b} QP 0x{y:06x}): {len(got)} arrows, {len(want)} of its frames in the capture")
 
+    # 3b. READ responses bracketed with their request: one bracket per READ request answered.
+    cap3 = os.path.join(pcaps, "kernel-rxe-read_bw_4096-head.pcap")
+    page3 = os.path.join(tmp, "ladder3.html")
+    run(dissect, "--ladder", page3, cap3)
+    answered = sorted(set(int(n) for n in re.findall(r"READ response segment \d+/\d+ for READ request PSN \d+ \(#(\d+)", run(dissect, "--explain", cap3))))
+    drawn = sorted(int(n) for n in re.findall(r'class="bracket" data-request="(\d+)"', dom(page3, "#collapse=0")))
+    check(len(answered) > 0 and drawn == answered,
+          f"READ: {len(drawn)} brackets, one per answered READ request ({len(answered)} in --explain)")
+
     # 4. Hover shows --explain's text for that packet.
     blocks = {}
     for b in re.split(r"\n\n", explain):

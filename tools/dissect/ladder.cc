@@ -113,6 +113,8 @@ class LadderPrinter final : public Printer {
     j.field("k", arrow_class(f, notes));
     j.field("l", arrow_label(f));
     j.field("g", tag_text(notes));
+    for (const Note& n : notes)  // a READ response: its request's frame (the page brackets them)
+      if (n.kind == NoteKind::kReadResponse) j.field("q", n.value);
     // The panel's text: --explain's for the first kExplainCap packets (it has the one-line
     // form and the tracking notes in it); after that the page makes a short one from these
     // fields and the addresses, which keeps a capture of 100,000 packets a ~30 MB page.

@@ -30,6 +30,7 @@ svg .time { fill: #777; }
 svg .pkt:hover line, svg .pkt.pinned line, svg .pkt.shown line { stroke-width: 4; }
 svg .pkt:hover text.lab, svg .pkt.pinned text.lab, svg .pkt.shown text.lab { font-weight: bold; }
 svg .tag { fill: #a00; }
+svg .bracket { fill: none; stroke: #0e7490; stroke-width: 1.5; }
 .req { --c: #2b6cb0; } .retx { --c: #d97706; } .gap { --c: #7c3aed; } .ack { --c: #15803d; }
 .dupack { --c: #86a88f; } .nak { --c: #dc2626; } .rnr { --c: #db2777; } .rresp { --c: #0e7490; }
 .aack { --c: #4d7c0f; } .cm { --c: #555; } .cnp { --c: #a16207; } .bad { --c: #000; }
@@ -196,6 +197,29 @@ function draw() {
         if (pinned) { g.classList.add("pinned"); show(r, g); }
       });
     }
+  });
+  // READ responses bracketed with their request, on the requester's side of its lane.
+  const rowOf = new Map(), span = new Map();
+  part.forEach((it, n) => { if (it.r) rowOf.set(it.r.i, n); });
+  part.forEach((it, n) => {
+    if (!it.r || it.r.q === undefined || !rowOf.has(it.r.q)) return;
+    const s = span.get(it.r.q) || { a: rowOf.get(it.r.q), b: n, lane: it.r.d };
+    s.b = Math.max(s.b, n);
+    span.set(it.r.q, s);
+  });
+  // Overlapping READs (several outstanding) get brackets side by side, the earliest innermost.
+  const ends = [];
+  [...span.entries()].sort((p, q) => p[1].a - q[1].a).forEach(([q, s]) => {
+    let col = ends.findIndex((e) => e < s.a);
+    if (col < 0) { col = ends.length; ends.push(s.b); } else ends[col] = s.b;
+    s.col = Math.min(col, 8);
+  });
+  span.forEach((s, q) => {
+    // Outside the lanes: left of the leftmost, right of the others.
+    const side = used.indexOf(s.lane) === 0 ? -1 : 1, bx = x(s.lane) + side * (8 + 6 * s.col);
+    const y1 = TOP + s.a * ROW_H + 12, y2 = TOP + s.b * ROW_H + 12;
+    el("path", { class: "bracket", "data-request": q,
+                 d: "M" + x(s.lane) + " " + y1 + " H" + bx + " V" + y2 + " H" + x(s.lane) }, svg);
   });
   $("ladder").replaceChildren(svg);
   document.body.setAttribute("data-render-ms", (performance.now() - t0).toFixed(0));

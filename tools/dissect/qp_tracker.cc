@@ -744,7 +744,8 @@ void QpTracker::on_read_response(RequestStream& s, const Frame& f, std::vector<N
                      strf("repeated READ response segment %u/%u for the READ request PSN %u "
                           "(#%" PRIu64 "): a responder resends READ data when the request is "
                           "retried",
-                          seg, r->segments, r->psn.value(), r->frame)});
+                          seg, r->segments, r->psn.value(), r->frame),
+                     static_cast<int64_t>(r->frame)});
     return;
   }
   if (r->last_segment == 0) ++s.read_matched;
@@ -773,7 +774,7 @@ void QpTracker::on_read_response(RequestStream& s, const Frame& f, std::vector<N
     t += strf(" — READ complete: %" PRIu64 " of %u bytes", r->bytes, r->len);
     if (r->bytes != r->len) t += " (data missing!)";
   }
-  notes.push_back({NoteKind::kReadResponse, std::move(t)});
+  notes.push_back({NoteKind::kReadResponse, std::move(t), static_cast<int64_t>(r->frame)});
 }
 
 void QpTracker::on_atomic_ack(RequestStream& s, const Frame& f, std::vector<Note>& notes) {

@@ -57,7 +57,9 @@ std::string_view to_string(NoteKind k);
 struct Note {
   NoteKind kind;
   std::string text;
-  int64_t value = 0;  // kGap: packets missing; kResend: wait in ns; otherwise 0
+  // kGap: packets missing; kResend: wait in ns; kReadResponse: the READ request's frame;
+  // otherwise 0
+  int64_t value = 0;
 };
 
 /// The path MTU the tracker uses to work out how many PSNs a READ request consumes.
