@@ -151,6 +151,7 @@ void Engine::on_retransmit_timeout(Qp* qp) {
   if (qp->sq_psn == qp->comp_psn) return;
   counters_.inc(Counter::retransmit_timeouts);
   if (!spend_retry(qp)) return;
+  trace({VerbsEvent::Kind::kRetransmitTimeout, qp->qpn, 0, 0, 0, 0, qp->comp_psn.value()});
   qp->retry_started = true;
   qp->extra_retry_used = false;
   qp->resp_gap = false;  // whatever we were waiting for did not come: ask again
@@ -161,6 +162,7 @@ void Engine::on_retransmit_timeout(Qp* qp) {
 void Engine::on_rnr_timeout(Qp* qp) {
   qp->rnr_waiting = false;
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
+  trace({VerbsEvent::Kind::kRnrResend, qp->qpn, 0, 0, 0, 0, qp->comp_psn.value()});
   schedule(qp);
   arm_retransmit(qp);
 }

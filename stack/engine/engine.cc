@@ -649,6 +649,7 @@ bool Engine::push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp) {
   }
   ++cq->notify_gen;
   counters_.inc(Counter::completions);
+  trace({VerbsEvent::Kind::kCompletion, wc.qp_num, wc.wr_id, wc.opcode, wc.byte_len, wc.status, 0});
   return true;
 }
 

@@ -33,6 +33,7 @@
 #include "engine/neighbor.h"
 #include "engine/objects.h"
 #include "engine/timer_wheel.h"
+#include "engine/verbs_trace.h"
 #include "memory/mr.h"
 #include "uroce/port.h"
 #include "wire/addr.h"
@@ -227,6 +228,8 @@ class Engine {
   /// With QP1 open, UD SENDs to QP1 that carry the GSI Q_Key are queued (up to kGsiQueue; more
   /// are dropped and counted) for pop_mad(); closed, they are dropped and counted.
   void set_gsi_open(bool open) { gsi_open_ = open; }
+  /// Reports the verbs side (posts, completions, QP states, timers) to `t`; null: nothing.
+  void set_verbs_tracer(VerbsTracer* t) { tracer_ = t; }
   bool pop_mad(GsiMad* out);
   /// The path from our GID `sgid` to `dgid` (the neighbour must be resolved; our own address
   /// loops back). False if `sgid` is not ours, the families differ, or the MAC is unknown.
@@ -357,6 +360,10 @@ class Engine {
   std::vector<wire::Gid> gids_;
   std::vector<std::unique_ptr<Neighbor>> neighbors_;
   uint64_t now_ = 0;
+  VerbsTracer* tracer_ = nullptr;
+  void trace(const VerbsEvent& e) const {
+    if (tracer_ != nullptr) tracer_->event(e);
+  }
   uint16_t ip_id_ = 0;
 
   mem::MrTable mrs_;

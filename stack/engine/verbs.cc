@@ -750,6 +750,7 @@ void Engine::clean_cq(Cq* cq, uint32_t qpn) {
 }
 
 void Engine::set_state(Qp* qp, ibv_qp_state st) {
+  if (st != qp->state) trace({VerbsEvent::Kind::kQpState, qp->qpn, 0, 0, 0, st, 0});
   qp->state = st;
   qp->ibv.state = st;
   qp->post_state.store(st, std::memory_order_release);
@@ -900,6 +901,8 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
       if (bad != nullptr) *bad = wr;
       break;
     }
+    trace({VerbsEvent::Kind::kPostSend, qp->qpn, wr->wr_id, wr->opcode,
+           static_cast<uint32_t>(total), 0, 0});
     SendWqe& w = qp->sq.next_slot();
     w = SendWqe{};
     w.wr_id = wr->wr_id;
@@ -997,6 +1000,11 @@ int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {
     if (err != 0) {
       if (bad != nullptr) *bad = wr;
       break;
+    }
+    if (tracer_ != nullptr) {
+      uint64_t bytes = 0;
+      for (int i = 0; i < wr->num_sge; ++i) bytes += wr->sg_list[i].length;
+      trace({VerbsEvent::Kind::kPostRecv, qp->qpn, wr->wr_id, 0, static_cast<uint32_t>(bytes), 0, 0});
     }
     qp->rq.push(to_recv_wqe(*wr));
   }

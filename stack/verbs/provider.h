@@ -66,6 +66,7 @@ struct Runtime {
   int refs = 0;   // open contexts (under the registry lock)
   std::unique_ptr<Port> port;
   std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
+  std::unique_ptr<VerbsTracer> verbs_trace;  // its .verbs file beside it (verbs_trace_file.h)
   std::unique_ptr<Port> fault;  // FaultInjector on top when the config asks for it
   std::unique_ptr<Engine> engine;
   std::unique_ptr<cm::ConnectionManager> cm;  // made by librdmacm's first use (under emu)

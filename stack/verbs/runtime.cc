@@ -32,6 +32,7 @@
 #include "xdp/xdp_port.h"
 #include "util/sys.h"
 #include "verbs/provider.h"
+#include "verbs/verbs_trace_file.h"
 #include "wire/udp.h"
 
 namespace uroce::verbs {
@@ -431,6 +432,7 @@ void teardown(Runtime* rt) {
   close_stats(rt);
   rt->cm.reset();
   rt->engine.reset();
+  rt->verbs_trace.reset();
   rt->fault.reset();
   rt->trace.reset();
   rt->port_counters = nullptr;
@@ -513,6 +515,13 @@ Runtime* open_runtime(Device* d) {
     }
     port = trace.get();
     rt->trace = std::move(trace);
+    // The verbs side beside it: CAPTURE.verbs (uroce-dissect --ladder draws both).
+    rt->verbs_trace = VerbsTraceFile::open(dc.pcap + ".verbs",
+                                           dc.ipv4 ? wire::to_string(*dc.ipv4) : "",
+                                           dc.ipv6 ? wire::to_string(*dc.ipv6) : "", &err);
+    if (!rt->verbs_trace)
+      std::fprintf(stderr, "uroce: %s: the verbs trace beside the capture: %s (going on without it)\n",
+                   dc.name.c_str(), err.c_str());
   }
   if (dc.fault.enabled) {  // above the trace, so the pcap shows what really crossed the wire
     drivers::FaultConfig fc;
@@ -541,6 +550,7 @@ Runtime* open_runtime(Device* d) {
   ec.qpn_span = kQpnBlock;
   ec.max_qp = kMaxQp;
   rt->engine = std::make_unique<Engine>(*port, ec);
+  rt->engine->set_verbs_tracer(rt->verbs_trace.get());
   rt->engine->on_group_change(
       [r = rt.get()](const wire::Gid& g, bool join) { r->kernel_membership(g, join); });
   rt->engine->poll(now_ns());  // its clock runs from now: what it sends before the progress

@@ -116,6 +116,28 @@ try:
     check(len(answered) > 0 and drawn == answered,
           f"READ: {len(drawn)} brackets, one per answered READ request ({len(answered)} in --explain)")
 
+    # 3c. The verbs side (CAPTURE.verbs, recorded by uroce with the capture): one row per
+    # event, each post before the packets it caused and each send completion after the ACK.
+    cap4 = os.path.join(pcaps, "uroce-rc_pingpong-verbs.pcap")
+    page4 = os.path.join(tmp, "ladder4.html")
+    run(dissect, "--ladder", page4, cap4)
+    events = [l.split("\t") for l in open(cap4 + ".verbs") if l[0].isdigit()]
+    d4 = dom(page4, "#collapse=0")
+    rows4 = re.findall(r'<g class="(pkt|verb) ([a-z]+)"[^>]*>(.*?)</g>', d4, re.S)
+    verbs = [r for r in rows4 if r[0] == "verb"]
+    check(len(verbs) == len(events) and len(verbs) > 0,
+          f"verbs events: {len(verbs)} rows for {len(events)} lines of the .verbs file")
+    text = lambda r: html.unescape(re.sub(r"<[^>]+>", " ", r[2]))
+    firsts = [i for i, r in enumerate(rows4) if r[0] == "verb" and "post_send SEND" in text(r)]
+    after_post = [next((rows4[j] for j in range(i + 1, len(rows4)) if rows4[j][0] == "pkt"), None) for i in firsts]
+    check(len(firsts) == sum(1 for e in events if e[1] == "post_send") and
+          all(p is not None and "RC_SEND_FIRST" in text(p) for p in after_post),
+          f"each of the {len(firsts)} post_send rows comes just before its SEND_FIRST")
+    comps = [i for i, r in enumerate(rows4) if r[0] == "verb" and "completion SEND" in text(r)]
+    before = [next((rows4[j] for j in range(i - 1, -1, -1) if rows4[j][0] == "pkt"), None) for i in comps]
+    check(len(comps) > 0 and all(b is not None and b[1] == "ack" for b in before),
+          f"each of the {len(comps)} send completions comes after the ACK that made it")
+
     # 4. Hover shows --explain's text for that packet.
     blocks = {}
     for b in re.split(r"\n\n", explain):

@@ -44,6 +44,16 @@ summary=$("$dissect" "$dir/trace.pcap" | tail -1)
 echo "$summary" | grep -qE 'bad ICRC 0\), other [0-9]+, malformed 0; .*RC_RDMA_WRITE_FIRST [0-9]+' \
   || { echo "FAIL: the capture of uroce run --pcap: $summary"; exit 1; }
 echo "ok: uroce run --pcap: $summary"
+# The verbs side beside it (trace.pcap.verbs): ib_write_bw posted its 100 WRITEs (perftest
+# posts one WR per message) and saw completions, and --ladder draws them.
+posts=$(awk -F'\t' '$2 == "post_send" && $5 == "RDMA_WRITE"' "$dir/trace.pcap.verbs" | wc -l)
+comps=$(awk -F'\t' '$2 == "completion" && $7 == "success"' "$dir/trace.pcap.verbs" | wc -l)
+[ "$posts" -ge 100 ] && [ "$comps" -ge 1 ] \
+  || { echo "FAIL: trace.pcap.verbs: $posts RDMA_WRITE posts, $comps completions"; head "$dir/trace.pcap.verbs"; exit 1; }
+"$dissect" --ladder "$dir/trace.html" "$dir/trace.pcap" >/dev/null
+grep -q "\"verbs\":$(grep -c '^[0-9]' "$dir/trace.pcap.verbs")," "$dir/trace.html" \
+  || { echo "FAIL: the ladder of the capture did not take the .verbs file's events"; exit 1; }
+echo "ok: uroce run --pcap also wrote trace.pcap.verbs: $posts RDMA_WRITE posts, $comps completions, drawn by --ladder"
 
 run_pair ibv_rc_pingpong ibv_rc_pingpong -d uroce0 -g 1 -n 200 --
 run_pair "ibv_rc_pingpong -e" ibv_rc_pingpong -d uroce0 -g 1 -n 100 -e --

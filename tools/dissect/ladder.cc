@@ -1,7 +1,9 @@
 // --ladder FILE.html: the capture as a ladder diagram, one self-contained page (no network
 // fetches). The packets go into the page as JSON; ladder_page.cc holds the page (HTML, CSS
 // and the script that draws the SVG).
+#include <algorithm>
 #include <cinttypes>
+#include <fstream>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -120,11 +122,19 @@ class LadderPrinter final : public Printer {
     // fields and the addresses, which keeps a capture of 100,000 packets a ~30 MB page.
     if (!explain.empty()) j.field("x", explain);
     j.end_object();
-    if (rows_n_++ != 0) rows_ += ',';
-    rows_ += j.str();
+    rows_.emplace_back(f.rel_ns, j.str());
   }
 
   void end(const CaptureEnd& e) override {
+    const uint64_t verbs = read_verbs(e);
+    // Packets and verbs events in time order (a tie keeps the packet first).
+    std::stable_sort(rows_.begin(), rows_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::string rows;
+    for (const auto& [t, json] : rows_) {
+      if (!rows.empty()) rows += ',';
+      rows += json;
+    }
     JsonWriter meta;
     meta.begin_object();
     meta.field("capture", path_);
@@ -132,6 +142,7 @@ class LadderPrinter final : public Printer {
     meta.field("explained", explained_);
     meta.field("explain_cap", kExplainCap);
     meta.field("other", other_);
+    meta.field("verbs", verbs);  // events read from CAPTURE.verbs (0: none there)
     meta.begin_array("lanes");
     for (const std::string& l : lanes_) meta.value(l);
     meta.end_array();
@@ -145,7 +156,7 @@ class LadderPrinter final : public Printer {
     meta.end_object();
     out_ << kLadderPageHead << "<script type=\"application/json\" id=\"meta\">"
          << safe(meta.str()) << "</script>\n<script type=\"application/json\" id=\"rows\">["
-         << safe(rows_) << "]</script>\n"
+         << safe(rows) << "]</script>\n"
          << kLadderPageTail;
   }
 
@@ -165,6 +176,85 @@ class LadderPrinter final : public Printer {
     return s;
   }
 
+  /// The verbs side recorded beside the capture (CAPTURE.verbs, written by uroce with
+  /// UROCE_PCAP: stack/verbs/verbs_trace_file.h), as rows on the local endpoint's lane.
+  /// Returns how many events it read.
+  uint64_t read_verbs(const CaptureEnd& e) {
+    std::ifstream in(path_ + ".verbs");
+    if (!in) return 0;
+    std::string line, local;
+    uint64_t n = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::vector<std::string> f;
+      for (size_t a = 0;;) {
+        const size_t b = line.find('\t', a);
+        f.push_back(line.substr(a, b == std::string::npos ? std::string::npos : b - a));
+        if (b == std::string::npos) break;
+        a = b + 1;
+      }
+      if (f[0] == "device" && f.size() >= 3) {
+        local = f[1] != "-" ? f[1] : f[2];
+        continue;
+      }
+      if (f.size() < 8 || local.empty()) continue;
+      char* end = nullptr;
+      const uint64_t t = std::strtoull(f[0].c_str(), &end, 10);
+      if (*end != '\0') continue;
+      const uint32_t qpn = static_cast<uint32_t>(std::strtoul(f[2].c_str(), nullptr, 10));
+      const std::string& ev = f[1];
+      std::string label = ev;
+      if (ev == "post_send" || ev == "completion") label += " " + f[4];
+      if (ev == "qp_state") label = "QP 0x" + hex6(qpn) + " -> " + f[4];
+      if (f[3] != "-") label += " wr_id=" + f[3];
+      if (ev == "post_send" || ev == "post_recv" || ev == "completion") label += " len=" + f[5];
+      if (ev == "completion") label += " " + f[6];
+      if (f[7] != "-") label += " psn=" + f[7];
+      const std::string kind = ev == "post_send" || ev == "post_recv" ? "post"
+                               : ev == "completion" ? (f[6] == "success" ? "comp" : "err")
+                               : ev == "qp_state"   ? "state"
+                                                    : "timer";
+      JsonWriter j;
+      j.begin_object();
+      j.field("i", uint64_t{0});
+      const int64_t rel = static_cast<int64_t>(t - e.first_ts_ns);
+      j.field_raw("t", strf("%.3f", static_cast<double>(rel) / 1000.0));
+      const uint64_t l = lane_of_name(local);
+      j.field("s", l);
+      j.field("d", l);
+      j.field("c", stream_of(e.tracker, local, qpn));
+      j.field("k", "verb");
+      j.field("v", kind);
+      j.field("l", label);
+      j.field("g", "");
+      j.field("p", uint64_t{qpn});
+      j.end_object();
+      rows_.emplace_back(rel, j.str());
+      ++n;
+    }
+    return n;
+  }
+
+  static std::string hex6(uint32_t v) { return strf("%06x", v); }
+
+  /// The request stream local QP `qpn` at `local` takes part in: as the requester (the
+  /// responses come back to it) or as the responder. -1 if none.
+  static int64_t stream_of(const QpTracker& t, const std::string& local, uint32_t qpn) {
+    for (size_t i = 0; i < t.streams().size(); ++i) {
+      const RequestStream& s = t.streams()[i];
+      if ((addr_string(s.key.src) == local && s.paired && s.requester_qpn == qpn) ||
+          (addr_string(s.key.dst) == local && s.key.qpn == qpn))
+        return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+
+  uint64_t lane_of_name(const std::string& a) {
+    const auto [it, fresh] = lane_of_.try_emplace(a, lanes_.size());
+    if (fresh) lanes_.push_back(a);
+    return it->second;
+  }
+
   uint64_t lane(const wire::Gid& g) {
     const std::string a = addr_string(g);
     const auto [it, fresh] = lane_of_.try_emplace(a, lanes_.size());
@@ -177,8 +267,8 @@ class LadderPrinter final : public Printer {
   std::ostringstream explain_text_;
   std::unique_ptr<Printer> explain_;
   std::string path_;
-  std::string rows_;  // the rows' JSON objects, comma-separated
-  uint64_t rows_n_ = 0, explained_ = 0, other_ = 0;
+  std::vector<std::pair<int64_t, std::string>> rows_;  // (time, JSON object) per row
+  uint64_t explained_ = 0, other_ = 0;
   std::vector<std::string> lanes_;
   std::map<std::string, uint64_t> lane_of_;
 };

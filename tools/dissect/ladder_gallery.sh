@@ -14,7 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 # hovered; MORE is added to the URL fragment (e.g. "&collapse=0").
 shot() {
   local name=$1 pcap=pcaps/$2 from=$3 hover=$4 more=${5:-} us
-  us=$("$dissect" "$pcap" | awk -v f="$from" '$1 == f && !done { printf "%.3f", $2 * 1e6 - 0.5; done = 1 }')
+  us=""  # FROM_FRAME "-": from the start (verbs events may come before the first frame)
+  [ "$from" = - ] || us=$("$dissect" "$pcap" | awk -v f="$from" '$1 == f && !done { printf "%.3f", $2 * 1e6 - 0.5; done = 1 }')
   "$dissect" --ladder "$tmp/$name.html" "$pcap" >/dev/null
   "$chromium" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$tmp/profile" \
     --window-size=1500,900 --screenshot="docs/ladder/$name.png" \
@@ -28,3 +29,4 @@ shot read kernel-rxe-read_bw_4096-head.pcap 24 26
 shot atomic_fetch_add kernel-rxe-atomic_bw_fadd.pcap 24 24
 shot ud_send kernel-rxe-ud_pingpong-head.pcap 15 15
 shot cm_connect kernel-rxe-rping_cm.pcap 1 3
+shot verbs_rc_pingpong uroce-rc_pingpong-verbs.pcap - 19

@@ -41,6 +41,10 @@ svg .bad line, svg .malformed line { stroke-dasharray: 5 3; }
 svg .group line { stroke-dasharray: 2 3; }
 #legend i { background: var(--c); }
 #selftest { display: none; }
+svg .verb text { font-style: italic; fill: var(--c); } svg .verb circle { fill: var(--c); }
+.verb.post { --c: #6b21a8; } .verb.comp { --c: #047857; } .verb.err { --c: #b91c1c; }
+.verb.state { --c: #374151; } .verb.timer { --c: #c2410c; }
+svg .verb.shown text { font-weight: bold; }
 </style></head><body>
 <header><h1>RoCEv2 ladder: <span id="capture"></span></h1>
 <div id="summary"></div>
@@ -64,6 +68,7 @@ svg .group line { stroke-dasharray: 2 3; }
 <span class="cnp"><i></i>CNP (congestion)</span>
 <span class="bad"><i></i>bad ICRC / malformed: dropped by the receiver</span>
 <span class="unmatched"><i></i>response matching no request</span>
+<span class="verb post" id="verblegend"><i></i>the local side's verbs (post, completion, QP state, timer), when CAPTURE.verbs is there</span>
 </div>
 <div>Time runs down. Each arrow is one packet from the sender's lane to the receiver's; hover
 for every header field explained (click to pin), as <code>uroce-dissect --explain</code> prints it.</div>
@@ -83,13 +88,15 @@ const params = new URLSearchParams(location.hash.slice(1));
 let state = {
   conn: params.has("conn") ? Number(params.get("conn")) : -1,
   collapse: params.get("collapse") !== "0",
-  from: params.has("from") ? Number(params.get("from")) : null,
-  to: params.has("to") ? Number(params.get("to")) : null,
+  from: params.get("from") ? Number(params.get("from")) : null,
+  to: params.get("to") ? Number(params.get("to")) : null,
   page: Number(params.get("page") || 0),
 };
 let pinned = null;
 $("capture").textContent = meta.capture;
-$("summary").textContent = meta.summary + (meta.other ? "; " + meta.other + " other frames (ARP, TCP, ...) not drawn" : "");
+$("summary").textContent = meta.summary + (meta.other ? "; " + meta.other + " other frames (ARP, TCP, ...) not drawn" : "") +
+  (meta.verbs ? "; " + meta.verbs + " verbs events from " + meta.capture + ".verbs" : "");
+if (!meta.verbs) $("verblegend").style.display = "none";
 const sel = $("conn");
 sel.add(new Option("all", -1));
 meta.conns.forEach((c, k) => sel.add(new Option(c, k)));
@@ -108,11 +115,14 @@ function collapse(list) {
   if (!state.collapse) return list.map((r) => ({ r }));
   const out = [];
   let i = 0;
+  // What may run together: in-order requests of one stream, or one kind of verbs event of one
+  // QP (ibv_rc_pingpong posts 500 receives before anything else).
+  const key = (r) => r.k === "req" ? "req|" + r.s + "|" + r.d + "|" + r.c :
+    r.k === "verb" ? "verb|" + r.v + "|" + r.p + "|" + r.l.split(" ")[0] : null;
   while (i < list.length) {
-    const a = list[i];
+    const a = list[i], ka = key(a);
     let j = i + 1;
-    while (a.k === "req" && j < list.length && list[j].k === "req" && list[j].s === a.s &&
-           list[j].d === a.d && list[j].c === a.c) j++;
+    while (ka !== null && j < list.length && key(list[j]) === ka) j++;
     if (j - i >= MIN_RUN) {
       out.push({ r: list[i] });
       out.push({ group: list.slice(i + 1, j - 1) });
@@ -126,6 +136,8 @@ function collapse(list) {
 }
 // "... 37 more in order, psn a-b ..."; the opcodes they were in the row's tooltip.
 function group_label(rs) {
+  if (rs[0].k === "verb")
+    return "... " + rs.length + " more " + rs[0].l.split(" ")[0] + " on QP 0x" + rs[0].p.toString(16).padStart(6, "0") + " ...";
   const psn = (r) => (r.l.match(/psn=(\d+)/) || ["", "?"])[1];
   return "... " + rs.length + " more in order, psn " + psn(rs[0]) + "-" + psn(rs[rs.length - 1]) + " ...";
 }
@@ -142,10 +154,22 @@ function el(name, attrs, parent) {
   return e;
 }
 let shown = null;
+const VERB_TEXT = {
+  post: "The application posted a work request (ibv_post_send / ibv_post_recv): the queue pair takes it now; the packets it causes follow.",
+  comp: "A completion was queued on the CQ: the application sees it at its next ibv_poll_cq. For a send, the ACK (or READ response) just above made it complete.",
+  err: "A completion with an error status: the work request failed, and an RC QP is in the error state from here on.",
+  state: "The QP changed state (ibv_modify_qp, or the transport moved it to ERR).",
+  timer: "A transport timer fired: no ACK came in time (retransmit) or an RNR NAK's wait is over; the requester goes back to the PSN shown.",
+};
 function show(r, g) {
   if (shown) shown.classList.remove("shown");
   shown = g;
   if (g) g.classList.add("shown");
+  if (r.k === "verb") {
+    $("detail").textContent = (r.t / 1e6).toFixed(6) + " s  " + meta.lanes[r.s] + " (local, from the .verbs file)  QP 0x" +
+      r.p.toString(16).padStart(6, "0") + "\n  " + r.l + "\n\n" + VERB_TEXT[r.v];
+    return;
+  }
   $("detail").textContent = r.x ? r.x :
     "#" + r.i + "  " + (r.t / 1e6).toFixed(6) + " s  " + meta.lanes[r.s] + " → " +
     meta.lanes[r.d] + "  " + r.l + (r.g ? "  " + r.g : "") +
@@ -179,6 +203,13 @@ function draw() {
     if (it.r) g.setAttribute("data-frame", r.i);
     else g.setAttribute("data-frames", it.group.length);
     el("text", { class: "time", x: 4, y: y + 3 }, g).textContent = (r.t / 1000).toFixed(3) + " ms";
+    if (r.k === "verb") {  // the local side's verbs: a dot on its lane, the text beside
+      g.setAttribute("class", "verb " + r.v + (it.r ? "" : " group"));
+      if (it.r) el("circle", { cx: x(r.s), cy: y, r: 4 }, g);
+      el("text", { class: "lab", x: x(r.s) + 10, y: y + 4 }, g).textContent = it.r ? r.l : group_label(it.group);
+      if (it.r) g.addEventListener("mouseover", () => { if (!pinned) show(r, g); });
+      return;
+    }
     const x1 = x(r.s), x2 = x(r.d), dir = x2 > x1 ? 1 : -1;
     el("line", { x1, y1: y, x2: x2 - dir * 7, y2: y }, g);
     el("path", { d: "M" + x2 + " " + y + " l" + (-dir * 9) + " -5 v10 z", fill: "var(--c)" }, g);

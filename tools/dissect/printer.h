@@ -22,6 +22,7 @@ struct CaptureEnd {
   const QpTracker& tracker;
   bool complete = true;  // false: reading stopped at a truncated or corrupt record
   std::string problem;   // why, when !complete
+  uint64_t first_ts_ns = 0;  // the first frame's timestamp (rel_ns counts from it)
 };
 
 class Printer {

@@ -119,7 +119,7 @@ int dissect_file(const std::string& path, Mode mode, std::ostream& out, std::ost
   }
   const bool complete = reader.error().empty();
   const std::string problem = complete ? std::string() : read_problem(index, reader.error());
-  printer->end({counts, tracker, complete, problem});
+  printer->end({counts, tracker, complete, problem, t0});
   if (!complete) return fail(problem);
   out.flush();
   return 0;
