@@ -341,5 +341,28 @@ TEST(DissectCli, LadderWritesOneSelfContainedPage) {
   std::remove(page.c_str());
 }
 
+TEST(DissectCli, LadderAsSvgHasAnArrowPerPacket) {
+  const std::string cap = pcap_path("kernel-rxe-lossy_send_bw_4096-head.pcap");
+  const std::string svg = ::testing::TempDir() + "/ladder_cli.svg";
+  const auto ok = run_tool({"--ladder", svg, cap});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_EQ(text.substr(text.size() - 7), "</svg>\n");
+  EXPECT_EQ(text.find("<script"), std::string::npos);  // a picture, nothing runs
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  // 176 RoCE packets in this capture (its summary line): one arrow each; the one NAK and the
+  // 37 retransmissions keep their classes.
+  EXPECT_EQ(count("<g class=\"pkt "), 176u);
+  EXPECT_EQ(count("<g class=\"pkt nak\">"), 1u);
+  EXPECT_EQ(count("<g class=\"pkt retx\">"), 37u);
+  std::remove(svg.c_str());
+}
+
 }  // namespace
 }  // namespace uroce::dissect

@@ -80,10 +80,40 @@ std::string tag_text(const std::vector<Note>& notes) {
   return s;
 }
 
+/// Text for SVG/XML: & < > " escaped.
+std::string xml(std::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+// The static SVG (--ladder FILE.svg): every row as the page draws it uncollapsed, no script.
+constexpr size_t kSvgRows = 5000;
+constexpr int kRowH = 22, kLaneW = 420, kLeft = 170, kTop = 40;
+constexpr const char* kSvgStyle =
+    "text{font:11px monospace}.lanehead{font:bold 12px sans-serif}.time{fill:#777}"
+    ".tag{fill:#a00}.lane{stroke:#999;stroke-width:1.5}"
+    ".req{--c:#2b6cb0}.retx{--c:#d97706}.gap{--c:#7c3aed}.ack{--c:#15803d}"
+    ".dupack{--c:#86a88f}.nak{--c:#dc2626}.rnr{--c:#db2777}.rresp{--c:#0e7490}"
+    ".aack{--c:#4d7c0f}.cm{--c:#555}.cnp{--c:#a16207}.bad{--c:#000}.malformed{--c:#000}"
+    ".unmatched{--c:#999}.post{--c:#6b21a8}.comp{--c:#047857}.err{--c:#b91c1c}"
+    ".state{--c:#374151}.timer{--c:#c2410c}"
+    ".pkt line{stroke:var(--c);stroke-width:2}.pkt path,.verb circle{fill:var(--c)}"
+    ".pkt text.lab{fill:var(--c)}.verb text.lab{fill:var(--c);font-style:italic}"
+    ".bad line,.malformed line{stroke-dasharray:5 3}";
+
 class LadderPrinter final : public Printer {
  public:
-  LadderPrinter(std::ostream& out, const QpTracker* tracker)
-      : out_(out), tracker_(tracker), explain_(make_explain_printer(explain_text_)) {}
+  LadderPrinter(std::ostream& out, const QpTracker* tracker, bool svg)
+      : out_(out), tracker_(tracker), svg_(svg), explain_(make_explain_printer(explain_text_)) {}
 
   void begin(const CaptureInfo& info) override {
     path_ = info.path;
@@ -94,6 +124,11 @@ class LadderPrinter final : public Printer {
   void packet(const Frame& f, const std::vector<Note>& notes) override {
     if (f.kind == FrameKind::kOther || !f.has_addrs) {
       ++other_;
+      return;
+    }
+    if (svg_) {
+      svg_rows_.push_back({f.rel_ns, lane(f.src), lane(f.dst), std::string(arrow_class(f, notes)),
+                           arrow_label(f), tag_text(notes), format_line(f), false});
       return;
     }
     std::string explain;
@@ -127,6 +162,10 @@ class LadderPrinter final : public Printer {
 
   void end(const CaptureEnd& e) override {
     const uint64_t verbs = read_verbs(e);
+    if (svg_) {
+      write_svg(e, verbs);
+      return;
+    }
     // Packets and verbs events in time order (a tie keeps the packet first).
     std::stable_sort(rows_.begin(), rows_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -230,12 +269,70 @@ class LadderPrinter final : public Printer {
       j.field("p", uint64_t{qpn});
       j.end_object();
       rows_.emplace_back(rel, j.str());
+      if (svg_) svg_rows_.push_back({rel, l, l, kind, label, "", line, true});
       ++n;
     }
     return n;
   }
 
   static std::string hex6(uint32_t v) { return strf("%06x", v); }
+
+  struct SvgRow {
+    int64_t t;
+    uint64_t s, d;
+    std::string cls, label, tags, title;
+    bool verb;
+  };
+
+  void write_svg(const CaptureEnd& e, uint64_t verbs) {
+    std::stable_sort(svg_rows_.begin(), svg_rows_.end(),
+                     [](const SvgRow& a, const SvgRow& b) { return a.t < b.t; });
+    const size_t n = std::min(svg_rows_.size(), kSvgRows);
+    const int lanes = static_cast<int>(std::max<size_t>(lanes_.size(), 1));
+    const int width = kLeft + 80 + (lanes - 1) * kLaneW + 420;
+    const int height = kTop + static_cast<int>(n) * kRowH + 60;
+    auto x = [](uint64_t l) { return kLeft + static_cast<int>(l) * kLaneW; };
+    out_ << strf("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                 "viewBox=\"0 0 %d %d\">\n<style>%s</style>\n",
+                 width, height, width, height, kSvgStyle)
+         << "<title>" << xml(path_) << ": " << xml(summary_line(e.counts)) << "</title>\n";
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+      out_ << strf("<line class=\"lane\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>", x(l),
+                   kTop - 10, x(l), height - 40)
+           << strf("<text class=\"lanehead\" x=\"%d\" y=\"18\" text-anchor=\"middle\">", x(l))
+           << xml(lanes_[l]) << "</text>\n";
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const SvgRow& r = svg_rows_[i];
+      const int y = kTop + static_cast<int>(i) * kRowH + 12;
+      out_ << "<g class=\"" << (r.verb ? "verb " : "pkt ") << r.cls << "\"><title>" << xml(r.title)
+           << "</title>"
+           << strf("<text class=\"time\" x=\"4\" y=\"%d\">%.3f ms</text>", y + 3,
+                   static_cast<double>(r.t) / 1e6);
+      if (r.verb) {
+        out_ << strf("<circle cx=\"%d\" cy=\"%d\" r=\"4\"/><text class=\"lab\" x=\"%d\" y=\"%d\">",
+                     x(r.s), y, x(r.s) + 10, y + 4)
+             << xml(r.label) << "</text></g>\n";
+        continue;
+      }
+      const int x1 = x(r.s), x2 = x(r.d), dir = x2 > x1 ? 1 : -1;
+      out_ << strf("<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>", x1, y, x2 - dir * 7, y)
+           << strf("<path d=\"M%d %d l%d -5 v10 z\"/>", x2, y, -dir * 9)
+           << strf("<text class=\"lab\" x=\"%d\" y=\"%d\">", std::min(x1, x2) + 12, y - 4)
+           << xml(r.label) << "</text>";
+      if (!r.tags.empty())
+        out_ << strf("<text class=\"tag\" x=\"%d\" y=\"%d\">", std::max(x1, x2) + 14, y + 4)
+             << xml(r.tags) << "</text>";
+      out_ << "</g>\n";
+    }
+    std::string foot = strf("%zu rows", n);
+    if (svg_rows_.size() > n)
+      foot += strf(" of %zu: the HTML page (--ladder FILE.html) pages through all of them",
+                   svg_rows_.size());
+    if (verbs != 0) foot += strf("; %" PRIu64 " verbs events from the .verbs file", verbs);
+    out_ << strf("<text class=\"time\" x=\"4\" y=\"%d\">", height - 20) << xml(foot)
+         << "</text>\n</svg>\n";
+  }
 
   /// The request stream local QP `qpn` at `local` takes part in: as the requester (the
   /// responses come back to it) or as the responder. -1 if none.
@@ -264,6 +361,8 @@ class LadderPrinter final : public Printer {
 
   std::ostream& out_;
   const QpTracker* tracker_;
+  bool svg_;
+  std::vector<SvgRow> svg_rows_;
   std::ostringstream explain_text_;
   std::unique_ptr<Printer> explain_;
   std::string path_;
@@ -275,8 +374,9 @@ class LadderPrinter final : public Printer {
 
 }  // namespace
 
-std::unique_ptr<Printer> make_ladder_printer(std::ostream& out, const QpTracker& tracker) {
-  return std::make_unique<LadderPrinter>(out, &tracker);
+std::unique_ptr<Printer> make_ladder_printer(std::ostream& out, const QpTracker& tracker,
+                                             bool svg) {
+  return std::make_unique<LadderPrinter>(out, &tracker, svg);
 }
 
 }  // namespace uroce::dissect

@@ -183,10 +183,11 @@ function draw() {
   const part = list.slice(state.page * PAGE, (state.page + 1) * PAGE);
   $("range").textContent = "rows " + (list.length ? state.page * PAGE + 1 : 0) + "-" +
     (state.page * PAGE + part.length) + " of " + list.length;
-  // Lanes: the endpoints this view shows, in order of first appearance.
+  // Lanes: the endpoints this view shows.
   const used = [];
   for (const it of part) for (const r of it.r ? [it.r] : it.group.slice(0, 1))
     for (const l of [r.s, r.d]) if (!used.includes(l)) used.push(l);
+  used.sort((p, q) => p - q);  // the capture's order (who sent first), the same in every view
   const x = (l) => LEFT + 80 + used.indexOf(l) * LANE_W;
   const width = LEFT + 160 + Math.max(1, used.length - 1) * LANE_W + 260;
   const height = TOP + part.length * ROW_H + 30;
@@ -219,7 +220,8 @@ function draw() {
     const lab = full.length > room ? full.slice(0, Math.max(room - 3, 8)) + "..." : full;
     el("text", { class: "lab", x: Math.min(x1, x2) + 12, y: y - 4 }, g).textContent = lab;
     if (!it.r) el("title", {}, g).textContent = group_ops(it.group);
-    if (it.r && r.g) el("text", { class: "tag", x: Math.max(x1, x2) + 14, y: y + 4 }, g).textContent = r.g;
+    // Tags right of the lanes, past where READ brackets may stand.
+    if (it.r && r.g) el("text", { class: "tag", x: Math.max(x1, x2) + 64, y: y + 4 }, g).textContent = r.g;
     if (it.r) {
       g.addEventListener("mouseover", () => { if (!pinned) show(r, g); });
       g.addEventListener("click", () => {

@@ -9,7 +9,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: uroce-dissect [--explain | --json | --ladder OUT.html] FILE.pcap\n"
+    "usage: uroce-dissect [--explain | --json | --ladder OUT.html|OUT.svg] FILE.pcap\n"
     "\n"
     "Decodes the RoCEv2 packets of an Ethernet pcap/pcapng capture.\n"
     "  (default)   one line per packet, then a summary line\n"
@@ -20,7 +20,9 @@ constexpr const char* kUsage =
     "  --ladder OUT.html\n"
     "              a ladder diagram, one self-contained page: a lane per endpoint, an arrow\n"
     "              per packet (opcode, PSN, MSN, length), NAKs, retransmissions and bad\n"
-    "              packets coloured, hover for the --explain text; open it in a browser\n"
+    "              packets coloured, hover for the --explain text; open it in a browser.\n"
+    "              OUT.svg: the same diagram as a static picture (no collapsing, no\n"
+    "              panel; up to 5000 rows)\n"
     "  --help      show this text\n"
     "\n"
     "Exit status: 0 ok; 1 the capture cannot be opened, is not Ethernet, or is truncated or\n"
@@ -77,6 +79,8 @@ int main(int argc, char** argv) {
   }
   if (!have_path) return usage_error("no capture file given");
   if (mode == Mode::kLadder) {
+    if (ladder_out.size() > 4 && ladder_out.compare(ladder_out.size() - 4, 4, ".svg") == 0)
+      mode = Mode::kLadderSvg;
     std::ofstream page(ladder_out, std::ios::binary | std::ios::trunc);
     if (!page) {
       std::cerr << "uroce-dissect: " << ladder_out << ": cannot write the page: "

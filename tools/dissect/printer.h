@@ -39,9 +39,10 @@ std::unique_ptr<Printer> make_line_printer(std::ostream& out);
 std::unique_ptr<Printer> make_explain_printer(std::ostream& out);
 /// JSON Lines: one object per frame, then {"summary": ...}.
 std::unique_ptr<Printer> make_json_printer(std::ostream& out);
-/// --ladder: a self-contained HTML page drawing the capture as a ladder diagram (ladder.cc).
-/// Asks `tracker` which request stream each packet belongs to.
-std::unique_ptr<Printer> make_ladder_printer(std::ostream& out, const QpTracker& tracker);
+/// --ladder: a self-contained HTML page drawing the capture as a ladder diagram (ladder.cc),
+/// or with `svg` a static SVG of it. Asks `tracker` which request stream each packet is of.
+std::unique_ptr<Printer> make_ladder_printer(std::ostream& out, const QpTracker& tracker,
+                                             bool svg = false);
 
 /// The summary line of the one-line mode (also used at the end of --explain).
 std::string summary_line(const Counts& c);

@@ -59,6 +59,7 @@ std::unique_ptr<Printer> make_printer(Mode mode, std::ostream& out, const QpTrac
     case Mode::kExplain: return make_explain_printer(out);
     case Mode::kJson: return make_json_printer(out);
     case Mode::kLadder: return make_ladder_printer(out, tracker);
+    case Mode::kLadderSvg: return make_ladder_printer(out, tracker, true);
     case Mode::kLine: break;
   }
   return make_line_printer(out);

@@ -8,7 +8,7 @@
 
 namespace uroce::dissect {
 
-enum class Mode : uint8_t { kLine, kExplain, kJson, kLadder };
+enum class Mode : uint8_t { kLine, kExplain, kJson, kLadder, kLadderSvg };
 
 /// Dissects the capture at `path`, writing the output to `out` (kLadder: the HTML page). Returns the exit status:
 /// 0 when the whole capture was read, 1 when it could not be opened, is not an Ethernet
