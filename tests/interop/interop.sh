@@ -379,6 +379,7 @@ cmd_case() {
     # A retry that passes deletes $pcap: the failed run's capture is kept under its own name.
     local kept="${pcap%.pcap}.failed-$n.pcap"
     cp "$pcap" "$kept" 2>/dev/null || kept="(none written)"
+    cp "$pcap.verbs" "$kept.verbs" 2>/dev/null || true  # uroce's verbs side, for --ladder
     echo "--- capture of uroce's side: $kept"
     # A failed case can leave the guest's rdma_rxe unusable: seen after lossy5_send_bw (about
     # 1 run in 10), guest programs then hung and every later case failed. The next case (or
@@ -405,7 +406,7 @@ cmd_case() {
     recovery=" [$recovery]"
   fi
   echo "ok: $want: uroce: ${ures:-(no figures)} | kernel: ${gres:-(no figures)}$recovery"
-  rm -f "$pcap"
+  rm -f "$pcap" "$pcap.verbs"
 }
 
 case "${1:-}" in
