@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <xdp/xsk.h>
 
+#include "wire/addr.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
@@ -331,16 +333,7 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
   p->max_frame_ = std::min(mtu + 18, 2 * (kChunk - kHeadroom));
 
   std::vector<std::array<uint8_t, 16>> want = cfg.addresses;
-  std::array<uint8_t, 16> ll{0xfe, 0x80};  // GID 0: fe80::/64 from the MAC (EUI-64)
-  ll[8] = p->mac_[0] ^ 2;
-  ll[9] = p->mac_[1];
-  ll[10] = p->mac_[2];
-  ll[11] = 0xff;
-  ll[12] = 0xfe;
-  ll[13] = p->mac_[3];
-  ll[14] = p->mac_[4];
-  ll[15] = p->mac_[5];
-  want.push_back(ll);
+  want.push_back(wire::link_local_gid(p->mac_));  // GID 0
   for (const auto& addr : want) {
     const uint8_t one = 1;
     if (bpf_map_update_elem(addrs, addr.data(), &one, BPF_ANY) != 0) {

@@ -17,20 +17,6 @@ constexpr size_t kTxBurst = 32;
 
 uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<unsigned>(m); }
 
-Gid link_local_gid(const MacAddr& m) {
-  Gid g{};
-  g[0] = 0xfe;
-  g[1] = 0x80;
-  g[8] = static_cast<uint8_t>(m[0] ^ 0x02);  // modified EUI-64
-  g[9] = m[1];
-  g[10] = m[2];
-  g[11] = 0xff;
-  g[12] = 0xfe;
-  g[13] = m[3];
-  g[14] = m[4];
-  g[15] = m[5];
-  return g;
-}
 }  // namespace
 
 Engine::Engine(Port& port, const EngineConfig& cfg)

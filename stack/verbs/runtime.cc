@@ -456,12 +456,7 @@ Runtime* open_runtime(Device* d) {
   if (dc.af_xdp) {
     drivers::XdpConfig xc;
     xc.iface = dc.iface;
-    if (dc.ipv4) {
-      std::array<uint8_t, 16> a{};
-      a[10] = a[11] = 0xFF;
-      std::copy(dc.ipv4->begin(), dc.ipv4->end(), a.begin() + 12);
-      xc.addresses.push_back(a);
-    }
+    if (dc.ipv4) xc.addresses.push_back(wire::ipv4_mapped_gid(*dc.ipv4));
     if (dc.ipv6) xc.addresses.push_back(*dc.ipv6);
     auto xp = drivers::XdpPort::open(xc, &err);
     if (xp) {

@@ -26,6 +26,8 @@ std::optional<Ipv6Addr> parse_ipv6(std::string_view s);
 
 /// ::ffff:a.b.c.d — the GID of a RoCEv2 IPv4 address.
 Gid ipv4_mapped_gid(const Ipv4Addr& a);
+/// fe80::/64 with the modified EUI-64 of `m`: a port's GID 0.
+Gid link_local_gid(const MacAddr& m);
 bool is_ipv4_mapped(const Gid& g);
 /// A multicast group's GID: IPv4-mapped 224.0.0.0/4, or IPv6 ff00::/8.
 bool is_multicast_gid(const Gid& g);
