@@ -12,6 +12,7 @@ packages=(
   tshark                                     # cross-check of our packets with Wireshark's decoder
   libdpdk-dev libibverbs-dev iproute2        # DPDK port (static), verbs headers, network namespaces
   libxdp-dev libbpf-dev llvm iputils-ping     # the AF_XDP port and its XDP program (clang -target bpf)
+  ethtool                                    # tests/ports/packet_port.sh: a device without UDP GSO
   ibverbs-utils perftest binutils            # unmodified verbs programs to test the provider with
   librdmacm-dev rdmacm-utils                 # rdma_cma.h for our librdmacm; rping, ucmatose, udaddy
   ucx-utils libfabric-bin                    # middleware over uroce (tests/verbs/middleware.sh)

@@ -61,10 +61,19 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
   } else if (key == "fault") {
     return parse_fault(value, &dev->fault);
   } else if (key == "port") {
-    if (value != "af_packet" && value != "af_xdp")
-      return "port '" + value + "' must be af_packet (works everywhere) or af_xdp (needs "
-             "hugepages and the interface's XDP hook)";
-    dev->af_xdp = value == "af_xdp";
+    if (value == "af_packet") {
+      dev->port = DeviceConfig::PortKind::kPacket;
+    } else if (value == "af_xdp") {
+      dev->port = DeviceConfig::PortKind::kXdp;
+    } else if (value == "dpdk") {
+      dev->port = DeviceConfig::PortKind::kDpdk;
+    } else {
+      return "port '" + value + "' must be af_packet (works everywhere), af_xdp (needs the "
+             "interface's XDP hook) or dpdk (DPDK's net_af_packet)";
+    }
+  } else if (key == "gso") {
+    if (value != "yes" && value != "no") return "gso '" + value + "' must be yes or no";
+    dev->gso = value == "yes";
   } else if (key == "exclusive") {
     if (value != "yes" && value != "no") return "exclusive '" + value + "' must be yes or no";
     dev->exclusive = value == "yes";
@@ -80,7 +89,7 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
     dev->progress_cpu = static_cast<int>(cpu);
   } else {
     return "unknown setting '" + key +
-           "' (known: iface, devargs, port, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
+           "' (known: iface, devargs, port, gso, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
            "progress, progress_cpu)";
   }
   return "";
@@ -203,9 +212,10 @@ bool parse(const std::string& text, const std::string& source, Config* out, std:
       *error = source + ": device [" + d.name + "] needs iface = <interface> or devargs = <dpdk devargs>";
       return false;
     }
-    if (d.af_xdp && (d.iface.empty() || !d.devargs.empty())) {
-      *error = source + ": device [" + d.name + "] has port = af_xdp, which takes iface = "
-               "<interface> and no devargs";
+    if (d.port != DeviceConfig::PortKind::kPacket && (d.iface.empty() || !d.devargs.empty())) {
+      *error = source + ": device [" + d.name + "] has port = " +
+               (d.port == DeviceConfig::PortKind::kXdp ? "af_xdp" : "dpdk") +
+               ", which takes iface = <interface> and no devargs";
       return false;
     }
   }
@@ -219,6 +229,7 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
                                          {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"},
                                          {"UROCE_EXCLUSIVE", "exclusive"},
                                          {"UROCE_PORT", "port"},
+                                         {"UROCE_GSO", "gso"},
                                          {"UROCE_PROGRESS", "progress"},
                                          {"UROCE_PROGRESS_CPU", "progress_cpu"}};
   for (const auto& [var, key] : kVars) {

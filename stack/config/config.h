@@ -4,10 +4,13 @@
 //
 //   # one section per device
 //   [uroce0]
-//   iface   = veth0               # Linux interface, opened with DPDK's net_af_packet
+//   iface   = veth0               # Linux interface, opened with uroce's own packet socket
 //   devargs = net_tap0,iface=t0   # or: any DPDK device (instead of iface)
-//   port    = af_xdp              # iface through uroce's own AF_XDP port and XDP program
-//                                 # instead of DPDK's net_af_packet (the default)
+//   port    = af_xdp              # how iface is opened: af_packet (the default, uroce's own
+//                                 # packet socket with UDP GSO), af_xdp (uroce's AF_XDP port
+//                                 # and XDP program) or dpdk (DPDK's net_af_packet)
+//   gso     = no                  # af_packet: one packet per write (default yes: runs of
+//                                 # packets as UDP GSO super-frames)
 //   ipv4    = 10.0.0.1            # default: the interface's first IPv4 address
 //   ipv6    = fd00::1             # default: the interface's first global IPv6 address
 //   mtu     = 4096                # largest RoCE MTU to offer: 256, 512, 1024, 2048 or 4096
@@ -22,7 +25,7 @@
 // (default tx). See drivers/fault/fault_injector.h for what each does.
 //
 // Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
-// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT override the first device's settings (and create "uroce0" when there is no file).
+// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT, UROCE_GSO override the first device's settings (and create "uroce0" when there is no file).
 // Every problem is reported as one line naming the setting, its source and the fix.
 #pragma once
 
@@ -66,8 +69,10 @@ struct DeviceConfig {
   std::string pcap;
   FaultSpec fault;
   bool exclusive = false;
-  // port = af_xdp: net_af_xdp with uroce's XDP program on iface instead of net_af_packet.
-  bool af_xdp = false;
+  // How iface is opened (devargs always go to DPDK).
+  enum class PortKind { kPacket, kXdp, kDpdk };
+  PortKind port = PortKind::kPacket;
+  bool gso = true;  // kPacket: UDP GSO super-frames
   // The progress thread: `park` (default) sleeps in the kernel until traffic, a deadline or
   // posted work; `poll` spins and never sleeps (a core of its own, for people who own the
   // machine). progress_cpu pins it (and only it) to that CPU; -1: left alone.

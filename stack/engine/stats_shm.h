@@ -37,9 +37,11 @@ inline constexpr CmCounterInfo kPortCounterInfo[] = {
     {"port_rx_frames", "frames the port received"},
     {"port_tx_frames", "frames the port sent"},
     {"port_rx_dropped", "frames the NIC, PMD or kernel dropped before uroce saw them (no buffer, ring full)"},
-    {"port_rx_oversize", "AF_XDP: frames longer than a frame slot, dropped"},
+    {"port_rx_oversize", "frames longer than the port takes (AF_XDP: two chunks; af_packet: a super-frame it could not cut), dropped"},
     {"xdp_to_uroce", "AF_XDP: frames uroce's XDP program handed the socket (RoCE for us)"},
     {"xdp_to_kernel", "AF_XDP: frames it left to the kernel (everything else on the interface)"},
+    {"port_rx_super", "af_packet: UDP GSO super-frames received from a uroce peer, cut into packets"},
+    {"port_tx_super", "af_packet: UDP GSO super-frames sent (runs of packets in one write)"},
 };
 inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);
 

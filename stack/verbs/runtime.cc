@@ -7,6 +7,7 @@
 #include <linux/filter.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <poll.h>
@@ -28,6 +29,7 @@
 
 #include "dpdk/dpdk_port.h"
 #include "fault/fault_injector.h"
+#include "packet/packet_port.h"
 #include "trace/pcap_trace.h"
 #include "xdp/xdp_port.h"
 #include "util/sys.h"
@@ -62,6 +64,9 @@ int silence_kernel(const config::DeviceConfig& dc, bool ipv6) {
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  // A UDP GSO super-frame from a uroce peer (the af_packet port sends them) reaches this
+  // socket whole: without UDP_GRO the kernel would cut it into packets just to drop them.
+  setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
   int rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
   if (rc == 0 && !ipv6) {
     sockaddr_in a{};
@@ -453,7 +458,8 @@ Runtime* open_runtime(Device* d) {
   rt->dev = d;
   rt->pid = getpid();
   std::string description;  // how the port is set up, for `uroce devinfo`
-  if (dc.af_xdp) {
+  using Kind = config::DeviceConfig::PortKind;
+  if (dc.port == Kind::kXdp && dc.devargs.empty()) {
     drivers::XdpConfig xc;
     xc.iface = dc.iface;
     if (dc.ipv4) xc.addresses.push_back(wire::ipv4_mapped_gid(*dc.ipv4));
@@ -463,13 +469,30 @@ Runtime* open_runtime(Device* d) {
       description = xp->describe();
       rt->port_counters = [p = xp.get()](uint64_t* v) {
         const drivers::XdpPort::Stats s = p->stats();
-        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped,
-                                s.rx_oversize, s.steered, s.passed};
+        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
+                                s.steered,   s.passed,    0,            0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
     }
     rt->port = std::move(xp);
+  } else if (dc.port == Kind::kPacket && dc.devargs.empty()) {
+    drivers::PacketConfig pc;
+    pc.iface = dc.iface;
+    pc.shared = !dc.exclusive;
+    pc.gso = dc.gso;
+    auto pp = drivers::PacketPort::open(pc, &err);
+    if (pp) {
+      description = pp->describe();
+      rt->port_counters = [p = pp.get()](uint64_t* v) {
+        const drivers::PacketPort::Stats s = p->stats();
+        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
+                                0,           0,           s.rx_super,   s.tx_super};
+        static_assert(std::size(all) == kPortCounters);
+        std::copy(std::begin(all), std::end(all), v);
+      };
+    }
+    rt->port = std::move(pp);
   } else {
     drivers::DpdkConfig pc;
     pc.iface = dc.iface;
@@ -481,7 +504,7 @@ Runtime* open_runtime(Device* d) {
       rt->port_counters = [p = dp.get()](uint64_t* v) {
         const drivers::DpdkPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_packets, s.tx_packets, s.rx_missed + s.rx_nombuf + s.rx_errors,
-                                0, 0, 0};
+                                0, 0, 0, 0, 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };

@@ -23,12 +23,15 @@ TEST(Config, ParsesDevicesAndComments) {
   ASSERT_TRUE(parse("# three devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
                     "mtu = 1024\n\n[rxe-like_1]\ndevargs = net_tap0,iface=t0\nipv6 = fd00::1\n"
                     "vlan = 7\npcap = /tmp/x.pcap\nexclusive = yes\nprogress = poll\n"
-                    "progress_cpu = 1\n[xdp]\niface = veth1\nport = af_xdp\n",
+                    "progress_cpu = 1\n[xdp]\niface = veth1\nport = af_xdp\ngso = no\n",
                     "test.conf", &c, &err))
       << err;
   ASSERT_EQ(c.devices.size(), 3u);
-  EXPECT_TRUE(c.devices[2].af_xdp);
-  EXPECT_FALSE(c.devices[0].af_xdp);  // default: net_af_packet
+  using Kind = DeviceConfig::PortKind;
+  EXPECT_EQ(c.devices[2].port, Kind::kXdp);
+  EXPECT_FALSE(c.devices[2].gso);
+  EXPECT_EQ(c.devices[0].port, Kind::kPacket);  // default: uroce's own packet socket
+  EXPECT_TRUE(c.devices[0].gso);
   EXPECT_EQ(c.devices[0].name, "uroce0");
   EXPECT_EQ(c.devices[0].iface, "veth0");
   EXPECT_EQ(wire::to_string(*c.devices[0].ipv4), "10.0.0.1");
@@ -117,7 +120,7 @@ TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
       env_of({{"UROCE_IFACE", "veth9"}, {"UROCE_MTU", "2048"}, {"UROCE_PORT", "af_xdp"}}), &c,
       &err));
   ASSERT_EQ(c.devices.size(), 1u);
-  EXPECT_TRUE(c.devices[0].af_xdp);
+  EXPECT_EQ(c.devices[0].port, DeviceConfig::PortKind::kXdp);
   EXPECT_EQ(c.devices[0].name, "uroce0");
   EXPECT_EQ(c.devices[0].iface, "veth9");
   EXPECT_EQ(c.devices[0].mtu, 2048u);

@@ -1,0 +1,477 @@
+#include "packet/packet_port.h"
+
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "util/sys.h"
+#include "wire/ipv4.h"
+
+namespace uroce::drivers {
+namespace {
+
+constexpr uint32_t kHead = 4;         // room in front of each frame for an 802.1Q tag put back
+constexpr size_t kRxBatch = 32;       // messages per recvmmsg
+constexpr uint32_t kOverflow = 65536 + 64;  // a super-frame's bytes past its first packet
+constexpr size_t kTxMsgs = 64;        // messages per sendmmsg
+constexpr size_t kTxIov = 1024;       // iovecs per sendmmsg
+constexpr size_t kMaxRun = 64;        // packets per super-frame
+constexpr uint16_t kVlan = 0x8100, kQinQ = 0x88A8, kIpv4 = 0x0800, kIpv6 = 0x86DD;
+constexpr uint8_t kUdp = 17;
+
+/// struct virtio_net_hdr (linux/virtio_net.h, whose C++ trouble and age keep it out: its
+/// GSO_UDP_L4 came with Linux 6.2), in the host's byte order as packet sockets use it.
+struct VnetHdr {
+  uint8_t flags;
+  uint8_t gso_type;
+  uint16_t hdr_len;
+  uint16_t gso_size;
+  uint16_t csum_start;
+  uint16_t csum_offset;
+};
+static_assert(sizeof(VnetHdr) == 10);
+constexpr uint8_t kNeedsCsum = 1;          // kNeedsCsum
+constexpr uint8_t kGsoNone = 0, kGsoUdpL4 = 5, kGsoEcn = 0x80;
+
+uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+void put_be16(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+class SpinGuard {
+ public:
+  explicit SpinGuard(std::atomic_flag& f) : f_(f) {
+    while (f_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~SpinGuard() { f_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag& f_;
+};
+
+/// Where a UDP packet's headers are: l3 and l4 offsets, IPv4 or IPv6.
+struct Udp {
+  uint32_t l3 = 0, l4 = 0;
+  bool v4 = false;
+  uint32_t hdr() const { return l4 + 8; }
+};
+
+/// Parses Ethernet (with any 802.1Q / 802.1ad tags), IPv4 without fragments or IPv6 without
+/// extension headers, and UDP, in the first `have` bytes of d.
+bool parse_udp(const uint8_t* d, uint32_t have, Udp* u) {
+  uint32_t off = 12;
+  if (have < off + 2) return false;
+  uint16_t type = be16(d + off);
+  while ((type == kVlan || type == kQinQ) && have >= off + 6) {
+    off += 4;
+    type = be16(d + off);
+  }
+  u->l3 = off + 2;
+  if (type == kIpv4) {
+    if (have < u->l3 + 20 || (d[u->l3] >> 4) != 4) return false;
+    const uint32_t ihl = (d[u->l3] & 0x0Fu) * 4;
+    if (ihl < 20 || d[u->l3 + 9] != kUdp || (be16(d + u->l3 + 6) & 0x3FFF) != 0) return false;
+    u->l4 = u->l3 + ihl;
+    u->v4 = true;
+  } else if (type == kIpv6) {
+    if (have < u->l3 + 40 || d[u->l3 + 6] != kUdp) return false;
+    u->l4 = u->l3 + 40;
+    u->v4 = false;
+  } else {
+    return false;
+  }
+  return have >= u->hdr();
+}
+
+/// Sets the headers of a packet of `payload` UDP payload bytes: IP and UDP lengths, the IPv4
+/// identification and header checksum, UDP checksum `check`.
+void set_lengths(uint8_t* d, const Udp& u, uint32_t payload, uint16_t ident, uint16_t check) {
+  const uint32_t udp_len = 8 + payload;
+  if (u.v4) {
+    put_be16(d + u.l3 + 2, (u.l4 - u.l3) + udp_len);
+    put_be16(d + u.l3 + 4, ident);
+    put_be16(d + u.l3 + 10, 0);
+    put_be16(d + u.l3 + 10, wire::internet_checksum(wire::Bytes(d + u.l3, u.l4 - u.l3)));
+  } else {
+    put_be16(d + u.l3 + 4, udp_len);
+  }
+  put_be16(d + u.l4 + 4, udp_len);
+  put_be16(d + u.l4 + 6, check);
+}
+
+/// The UDP pseudo-header's sum, folded, not complemented: what a CHECKSUM_PARTIAL packet
+/// carries in its checksum field for the kernel (or a NIC) to finish.
+uint16_t pseudo_sum(const uint8_t* d, const Udp& u, uint32_t udp_len) {
+  uint32_t s = 0;
+  const uint32_t addr = u.v4 ? u.l3 + 12 : u.l3 + 8, alen = u.v4 ? 8 : 32;
+  for (uint32_t i = 0; i < alen; i += 2) s += be16(d + addr + i);
+  s += kUdp;
+  s += udp_len >> 16;
+  s += udp_len & 0xFFFF;
+  while (s >> 16) s = (s & 0xFFFF) + (s >> 16);
+  return static_cast<uint16_t>(s);
+}
+
+/// Can `g` follow `prev` in a run headed by `head` (parsed as `u`, payload `mss`)? Same
+/// headers but for the lengths, identification and checksums; the next identification;
+/// `prev` full-sized; no Ethernet padding.
+bool joins(const Frame* head, const Udp& u, uint32_t mss, const Frame* prev, const Frame* g) {
+  const uint8_t* a = head->data;
+  const uint8_t* b = g->data;
+  const uint32_t hdr = u.hdr();
+  if (g->len <= hdr || g->len - hdr > mss || prev->len - hdr != mss) return false;
+  if (u.v4) {
+    if (std::memcmp(a, b, u.l3 + 2) != 0 || std::memcmp(a + u.l3 + 6, b + u.l3 + 6, 4) != 0 ||
+        std::memcmp(a + u.l3 + 12, b + u.l3 + 12, u.l4 + 4 - (u.l3 + 12)) != 0)
+      return false;
+    if (be16(b + u.l3 + 2) != g->len - u.l3) return false;
+    if (be16(b + u.l3 + 4) != static_cast<uint16_t>(be16(prev->data + u.l3 + 4) + 1)) return false;
+  } else {
+    if (std::memcmp(a, b, u.l3 + 4) != 0 || std::memcmp(a + u.l3 + 6, b + u.l3 + 6, 38 + 4) != 0)
+      return false;
+    if (be16(b + u.l3 + 4) != g->len - u.l4) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::string* error) {
+  const std::string& ifn = cfg.iface;
+  const unsigned index = if_nametoindex(ifn.c_str());
+  if (ifn.empty() || ifn.size() >= IFNAMSIZ || index == 0) {
+    *error = "interface '" + ifn + "' does not exist: set iface (or UROCE_IFACE) to one that " +
+             "`ip link` lists";
+    return nullptr;
+  }
+  std::unique_ptr<PacketPort> p(new PacketPort());
+  // Protocol 0 until bind(): the socket sees no interface's traffic before it is bound to ours.
+  p->fd_ = util::kernel_socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (p->fd_ < 0) {
+    *error = errno == EPERM || errno == EACCES
+                 ? "a packet socket on " + ifn + " needs CAP_NET_RAW: run as root (or give the " +
+                       "program cap_net_raw with setcap)"
+                 : "packet socket: " + std::string(std::strerror(errno));
+    return nullptr;
+  }
+  const int one = 1;
+  const int fd = p->fd_;
+  if (setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) != 0 ||
+      setsockopt(fd, SOL_PACKET, PACKET_AUXDATA, &one, sizeof one) != 0) {
+    *error = "packet socket on " + ifn + ": PACKET_VNET_HDR: " + std::strerror(errno) +
+             " (needs Linux 3.16 or later)";
+    return nullptr;
+  }
+  if (!cfg.shared) setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+  // Room for bursts of super-frames (root may go past net.core.rmem_max; others get that).
+  const int rcv = 32 << 20, snd = 4 << 20;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(ETH_P_ALL);
+  ll.sll_ifindex = static_cast<int>(index);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ll), sizeof ll) != 0) {
+    *error = "packet socket on " + ifn + ": bind: " + std::strerror(errno);
+    return nullptr;
+  }
+  // IPv6 neighbour solicitations are multicast; the membership ends with the socket.
+  packet_mreq mr{};
+  mr.mr_ifindex = static_cast<int>(index);
+  mr.mr_type = PACKET_MR_ALLMULTI;
+  setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr);
+  ifreq r{};
+  std::memcpy(r.ifr_name, ifn.data(), ifn.size());
+  if (ioctl(fd, SIOCGIFHWADDR, &r) != 0 || r.ifr_hwaddr.sa_family != ARPHRD_ETHER) {
+    *error = "interface " + ifn + " is not an Ethernet interface (RoCE runs over Ethernet)";
+    return nullptr;
+  }
+  std::memcpy(p->mac_.data(), r.ifr_hwaddr.sa_data, 6);
+  uint32_t mtu = 1500;
+  if (ioctl(fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu >= 576) mtu = static_cast<uint32_t>(r.ifr_mtu);
+  p->max_frame_ = mtu + 18;  // Ethernet header and one 802.1Q tag
+  p->frame_cap_ = p->max_frame_;
+  p->gso_ = cfg.gso;
+  const size_t stride = kHead + p->frame_cap_;
+  p->storage_ = std::make_unique<uint8_t[]>(stride * cfg.frames);
+  p->frames_.resize(cfg.frames);
+  p->free_.reserve(cfg.frames);
+  for (uint32_t i = 0; i < cfg.frames; ++i) {
+    Frame& f = p->frames_[cfg.frames - 1 - i];
+    f.cookie = p->storage_.get() + stride * (cfg.frames - 1 - i);
+    p->free_.push_back(&f);
+  }
+  p->ready_.reserve(cfg.frames);
+  p->overflow_ = std::make_unique<uint8_t[]>(size_t{kOverflow} * kRxBatch);
+  p->description_ =
+      "af_packet socket on " + ifn + " (interface MTU " + std::to_string(mtu) + "; " +
+      (cfg.shared ? "the kernel's transmit path, so other packet sockets see our frames"
+                  : "PACKET_QDISC_BYPASS: the interface is ours alone") +
+      "); " +
+      (cfg.gso ? "runs of packets sent as UDP GSO super-frames of up to " +
+                     std::to_string(kMaxRun) + " packets"
+               : "one packet per write (gso = no)") +
+      "; " + std::to_string(cfg.frames) + " frames of " + std::to_string(p->frame_cap_) +
+      " B; sleeps on the socket when idle";
+  return p;
+}
+
+PacketPort::~PacketPort() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Frame* PacketPort::alloc_frame() {
+  Frame* f = nullptr;
+  {
+    SpinGuard g(free_lock_);
+    if (free_.empty()) return nullptr;
+    f = free_.back();
+    free_.pop_back();
+  }
+  f->data = static_cast<uint8_t*>(f->cookie) + kHead;
+  f->cap = frame_cap_;
+  f->len = 0;
+  return f;
+}
+
+void PacketPort::free_frame(Frame* f) {
+  SpinGuard g(free_lock_);
+  free_.push_back(f);
+}
+
+uint16_t PacketPort::take_ready(std::span<Frame*> out, uint16_t n) {
+  while (n < out.size() && ready_head_ < ready_.size()) out[n++] = ready_[ready_head_++];
+  if (ready_head_ == ready_.size()) {
+    ready_.clear();
+    ready_head_ = 0;
+  }
+  return n;
+}
+
+bool PacketPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss) {
+  Udp u;
+  const uint32_t in_head = std::min(len, head->cap);
+  if (!parse_udp(head->data, in_head, &u) || mss == 0 || len <= u.hdr() ||
+      u.hdr() + mss > in_head)
+    return false;
+  const uint32_t hdr = u.hdr();
+  const uint32_t payload = len - hdr;
+  const uint16_t id0 = u.v4 ? be16(head->data + u.l3 + 4) : 0;
+  // Byte `off` of the super-frame: in the head frame, then in the overflow buffer.
+  auto copy_out = [&](uint8_t* dst, uint32_t off, uint32_t n) {
+    if (off < in_head) {
+      const uint32_t k = std::min(n, in_head - off);
+      std::memcpy(dst, head->data + off, k);
+      dst += k;
+      off += k;
+      n -= k;
+    }
+    if (n > 0) std::memcpy(dst, overflow + (off - in_head), n);
+  };
+  const uint32_t segs = (payload + mss - 1) / mss;
+  // The first packet stays where it is; the others are copied out from behind it (every
+  // header field that differs is rewritten in each).
+  head->len = hdr + mss;
+  set_lengths(head->data, u, mss, id0, 0);
+  ready_.push_back(head);
+  for (uint32_t i = 1; i < segs; ++i) {
+    Frame* g = alloc_frame();
+    if (g == nullptr) {
+      rx_no_frame_ += segs - i;
+      break;
+    }
+    const uint32_t n = std::min(mss, payload - i * mss);
+    std::memcpy(g->data, head->data, hdr);
+    copy_out(g->data + hdr, hdr + i * mss, n);
+    g->len = hdr + n;
+    set_lengths(g->data, u, n, static_cast<uint16_t>(id0 + i), 0);
+    ready_.push_back(g);
+  }
+  ++rx_super_;
+  return true;
+}
+
+uint16_t PacketPort::rx_burst(uint64_t, std::span<Frame*> out) {
+  uint16_t n = take_ready(out, 0);
+  if (n == out.size()) return n;
+  const size_t want = std::min(kRxBatch, out.size() - n);
+  mmsghdr msgs[kRxBatch];
+  iovec iov[kRxBatch][3];
+  VnetHdr vh[kRxBatch];
+  alignas(cmsghdr) uint8_t ctl[kRxBatch][CMSG_SPACE(sizeof(tpacket_auxdata))];
+  // Receive buffers stay posted from one call to the next: a poll that finds nothing costs
+  // the system call only.
+  Frame** slot = rx_slot_;
+  size_t m = 0;
+  for (; m < want; ++m) {
+    if (slot[m] == nullptr && (slot[m] = alloc_frame()) == nullptr) break;
+    iov[m][0] = {&vh[m], sizeof vh[m]};
+    iov[m][1] = {slot[m]->data, slot[m]->cap};
+    iov[m][2] = {overflow_.get() + size_t{kOverflow} * m, kOverflow};
+    msgs[m] = {};
+    msgs[m].msg_hdr.msg_iov = iov[m];
+    msgs[m].msg_hdr.msg_iovlen = 3;
+    msgs[m].msg_hdr.msg_control = ctl[m];
+    msgs[m].msg_hdr.msg_controllen = sizeof ctl[m];
+  }
+  const int got = m == 0 ? 0 : recvmmsg(fd_, msgs, static_cast<unsigned>(m), MSG_DONTWAIT, nullptr);
+  const size_t k = got > 0 ? static_cast<size_t>(got) : 0;
+  for (size_t i = 0; i < k; ++i) {
+    Frame* f = slot[i];
+    slot[i] = nullptr;
+    const msghdr& h = msgs[i].msg_hdr;
+    if (msgs[i].msg_len < sizeof vh[i] || (h.msg_flags & MSG_TRUNC) != 0) {
+      ++rx_oversize_;
+      free_frame(f);
+      continue;
+    }
+    uint32_t len = msgs[i].msg_len - static_cast<uint32_t>(sizeof vh[i]);
+    uint32_t tag = 0;  // bytes put back in front of what the kernel's offsets count
+    // The kernel took an 802.1Q tag off (VLAN offload): put it back where it was.
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+      if (c->cmsg_level != SOL_PACKET || c->cmsg_type != PACKET_AUXDATA) continue;
+      tpacket_auxdata aux;
+      std::memcpy(&aux, CMSG_DATA(c), sizeof aux);
+      if ((aux.tp_status & TP_STATUS_VLAN_VALID) == 0 || len < 12) continue;
+      const uint16_t tpid = (aux.tp_status & TP_STATUS_VLAN_TPID_VALID) ? aux.tp_vlan_tpid : kVlan;
+      std::memmove(f->data - 4, f->data, 12);
+      f->data -= 4;
+      f->cap += 4;
+      put_be16(f->data + 12, tpid);
+      put_be16(f->data + 14, aux.tp_vlan_tci);
+      len += 4;
+      tag = 4;
+    }
+    const uint8_t gso = vh[i].gso_type & static_cast<uint8_t>(~kGsoEcn);
+    if (gso == kGsoUdpL4) {
+      // A super-frame from a uroce peer on this link: cut back into its packets.
+      if (!cut(f, overflow_.get() + size_t{kOverflow} * i, len, vh[i].gso_size)) {
+        ++rx_oversize_;
+        free_frame(f);
+      }
+      continue;
+    }
+    if (len > f->cap) {  // the kernel's own super-frames (TCP): not ours
+      if (gso == kGsoNone) ++rx_oversize_;
+      free_frame(f);
+      continue;
+    }
+    f->len = len;
+    // A checksum left for the NIC to finish: RoCEv2 ignores it, so make it plainly zero.
+    if ((vh[i].flags & kNeedsCsum) != 0) {
+      const uint32_t at = tag + vh[i].csum_start + vh[i].csum_offset;
+      if (at + 2 <= len) put_be16(f->data + at, 0);
+    }
+    ready_.push_back(f);
+  }
+  const uint16_t before = n;
+  n = take_ready(out, n);
+  rx_frames_ += n - before;
+  return n;
+}
+
+uint16_t PacketPort::tx_burst(uint64_t, std::span<Frame* const> frames) {
+  mmsghdr msgs[kTxMsgs];
+  iovec iov[kTxIov];
+  VnetHdr vh[kTxMsgs];
+  uint8_t hdrs[kTxMsgs][96];  // a super-frame's headers, lengths rewritten
+  uint16_t members[kTxMsgs];
+  size_t i = 0, m = 0, v = 0;
+  while (i < frames.size() && m < kTxMsgs && v + 2 <= kTxIov) {
+    Frame* f = frames[i];
+    size_t run = 1;
+    Udp u;
+    uint32_t mss = 0;
+    if (gso_ && f->len <= kMaxSuper && parse_udp(f->data, f->len, &u) && u.hdr() <= sizeof hdrs[m] &&
+        f->len > u.hdr() && be16(f->data + 12) != kVlan && be16(f->data + 12) != kQinQ &&
+        (u.v4 ? be16(f->data + u.l3 + 2) == f->len - u.l3 : be16(f->data + u.l3 + 4) == f->len - u.l4)) {
+      mss = f->len - u.hdr();
+      uint32_t payload = mss;
+      const uint32_t limit = kMaxSuper - 8 - (u.v4 ? u.l4 - u.l3 : 0);
+      while (i + run < frames.size() && run < kMaxRun && v + 2 + run + 1 <= kTxIov) {
+        const Frame* g = frames[i + run];
+        if (!joins(f, u, mss, frames[i + run - 1], g) || payload + (g->len - u.hdr()) > limit) break;
+        payload += g->len - u.hdr();
+        ++run;
+      }
+      if (run > 1) {
+        const uint32_t hdr = u.hdr();
+        std::memcpy(hdrs[m], f->data, hdr);
+        set_lengths(hdrs[m], u, payload, u.v4 ? be16(f->data + u.l3 + 4) : 0,
+                    pseudo_sum(hdrs[m], u, 8 + payload));
+        vh[m] = {};
+        vh[m].flags = kNeedsCsum;
+        vh[m].gso_type = kGsoUdpL4;
+        vh[m].hdr_len = static_cast<uint16_t>(hdr);
+        vh[m].gso_size = static_cast<uint16_t>(mss);
+        vh[m].csum_start = static_cast<uint16_t>(u.l4);
+        vh[m].csum_offset = 6;
+        msgs[m] = {};
+        msgs[m].msg_hdr.msg_iov = &iov[v];
+        iov[v++] = {&vh[m], sizeof vh[m]};
+        iov[v++] = {hdrs[m], hdr};
+        for (size_t j = 0; j < run; ++j)
+          iov[v++] = {frames[i + j]->data + hdr, frames[i + j]->len - hdr};
+        msgs[m].msg_hdr.msg_iovlen = 2 + run;
+      }
+    }
+    if (run == 1) {
+      vh[m] = {};
+      msgs[m] = {};
+      msgs[m].msg_hdr.msg_iov = &iov[v];
+      iov[v++] = {&vh[m], sizeof vh[m]};
+      iov[v++] = {f->data, f->len};
+      msgs[m].msg_hdr.msg_iovlen = 2;
+    }
+    members[m++] = static_cast<uint16_t>(run);
+    i += run;
+  }
+  if (m == 0) return 0;
+  const int sent = sendmmsg(fd_, msgs, static_cast<unsigned>(m), MSG_DONTWAIT);
+  size_t done = 0, taken = 0;
+  if (sent > 0) {
+    done = static_cast<size_t>(sent);
+  } else if (errno == EINVAL && members[0] > 1) {
+    gso_ = false;  // a kernel without UDP GSO through packet sockets: one packet per write
+  } else if (errno != EAGAIN && errno != ENOBUFS && errno != EINTR) {
+    done = 1;  // the interface is down or refuses this frame: it is lost, as on a wire
+  }
+  for (size_t k = 0; k < done; ++k) {
+    if (sent > 0) {
+      tx_frames_ += members[k];
+      if (members[k] > 1) ++tx_super_;
+    }
+    for (size_t j = 0; j < members[k]; ++j) free_frame(frames[taken + j]);
+    taken += members[k];
+  }
+  return static_cast<uint16_t>(taken);
+}
+
+PacketPort::Stats PacketPort::stats() const {
+  tpacket_stats ks{};
+  socklen_t kl = sizeof ks;
+  if (getsockopt(fd_, SOL_PACKET, PACKET_STATISTICS, &ks, &kl) == 0) kernel_drops_ += ks.tp_drops;
+  Stats s;
+  s.rx_frames = rx_frames_;
+  s.tx_frames = tx_frames_;
+  s.rx_dropped = kernel_drops_.load() + rx_no_frame_;
+  s.rx_oversize = rx_oversize_;
+  s.rx_super = rx_super_;
+  s.tx_super = tx_super_;
+  return s;
+}
+
+}  // namespace uroce::drivers

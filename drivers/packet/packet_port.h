@@ -1,0 +1,98 @@
+// A uroce::Port on a Linux packet socket of its own (no DPDK): the default port, for any
+// interface the kernel drives (veth, a plain NIC, a bridge port), with no hugepages, no
+// XDP and no driver of ours.
+//
+// Why not DPDK's net_af_packet: the kernel's cost per frame dominates a packet socket (an
+// skb built, passed through veth or the driver, and copied to each packet socket), and at
+// 4 KiB per RoCE packet it caps bulk transfers far below TCP, which moves 64 KiB per skb.
+// This port sends runs of RoCE packets as UDP GSO super-frames (PACKET_VNET_HDR,
+// VIRTIO_NET_HDR_GSO_UDP_L4): one skb for up to 15 MTU-4096 packets, which crosses veth
+// whole and which the kernel cuts into the original packets wherever a device needs it
+// (another host, a bridge to a VM). A run is packets the engine built back to back for one
+// flow: same addresses and ports, consecutive IPv4 identifications, one size (the last may
+// be shorter). Segmentation gives every segment the run's headers with the lengths, the
+// next IPv4 identification and a UDP checksum filled in, so each segment is byte for byte
+// the packet the engine built, except that the checksum is no longer zero, which RoCEv2
+// allows and the ICRC does not cover. Received super-frames (from a uroce peer on the same
+// veth) are cut back into packets here.
+//
+// Frames are sent with sendmmsg() straight from the engine's buffers (an iovec per packet,
+// no copy in user space) and received with recvmmsg() straight into them (a super-frame's
+// second and later packets are copied out of an overflow buffer). 802.1Q tags the kernel
+// took off on receive are put back. `shared` (the default) transmits through the kernel's
+// normal path, so that other packet sockets on the interface (another uroce process) see
+// our frames; otherwise PACKET_QDISC_BYPASS.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uroce/port.h"
+
+namespace uroce::drivers {
+
+struct PacketConfig {
+  std::string iface;
+  bool shared = true;    // false: PACKET_QDISC_BYPASS, other packet sockets miss our frames
+  bool gso = true;       // send runs of packets as UDP GSO super-frames
+  uint32_t frames = 4096;  // frame buffers (each the interface MTU + 22 bytes)
+};
+
+class PacketPort final : public Port {
+ public:
+  /// nullptr and *error (one line naming the problem and the fix) on failure.
+  static std::unique_ptr<PacketPort> open(const PacketConfig& cfg, std::string* error);
+  ~PacketPort() override;
+
+  uint16_t rx_burst(uint64_t now_ns, std::span<Frame*> out) override;
+  uint16_t tx_burst(uint64_t now_ns, std::span<Frame* const> frames) override;
+  Frame* alloc_frame() override;
+  void free_frame(Frame* f) override;
+  uint32_t max_frame_len() const override { return max_frame_; }
+  std::array<uint8_t, 6> mac() const override { return mac_; }
+  int wait_fd() const override { return fd_; }
+
+  /// One line for `uroce devinfo`.
+  const std::string& describe() const { return description_; }
+  struct Stats {
+    uint64_t rx_frames = 0, tx_frames = 0;  // packets (a super-frame counts its segments)
+    uint64_t rx_dropped = 0;    // the kernel's (socket buffer full) and ours (no free frame)
+    uint64_t rx_oversize = 0;   // longer than a super-frame can be, or not cut cleanly
+    uint64_t rx_super = 0, tx_super = 0;  // super-frames received / sent
+  };
+  Stats stats() const;
+
+  /// How a frame's headers let it join a run (exposed for tests).
+  static constexpr uint32_t kMaxSuper = 65535;  // IPv4 total length / IPv6 payload length
+
+ private:
+  PacketPort() = default;
+  uint16_t take_ready(std::span<Frame*> out, uint16_t n);
+  /// Cuts the super-frame received in `head` (and the overflow buffer behind it) into
+  /// packets on ready_; false if it cannot be cut (dropped).
+  bool cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss);
+
+  std::vector<Frame> frames_;
+  std::unique_ptr<uint8_t[]> storage_;
+  std::vector<Frame*> free_;
+  std::atomic_flag free_lock_ = ATOMIC_FLAG_INIT;
+  std::vector<Frame*> ready_;     // cut packets waiting for the next rx_burst (FIFO)
+  size_t ready_head_ = 0;
+  Frame* rx_slot_[32] = {};                // posted receive buffers (kRxBatch)
+  std::unique_ptr<uint8_t[]> overflow_;  // one per receive slot
+  uint32_t frame_cap_ = 0;
+  uint32_t max_frame_ = 0;
+  std::array<uint8_t, 6> mac_{};
+  int fd_ = -1;
+  bool gso_ = true;
+  std::string description_;
+  uint64_t rx_frames_ = 0, tx_frames_ = 0, rx_no_frame_ = 0, rx_oversize_ = 0;
+  uint64_t rx_super_ = 0, tx_super_ = 0;
+  mutable std::atomic<uint64_t> kernel_drops_{0};  // PACKET_STATISTICS resets when read
+};
+
+}  // namespace uroce::drivers
