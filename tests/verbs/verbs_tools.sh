@@ -57,11 +57,16 @@ jumbo=$(ip netns exec "$ns" env UROCE_IFACE="${ns}a" ibv_devinfo)
 grep -qE 'active_mtu:\s+4096 \(5\)' <<<"$jumbo" \
   || fail "a 9000-byte link should give active_mtu 4096"
 echo "ok: a 9000-byte link gives active_mtu 4096"
-# `uroce devinfo`: how the port is set up, then ibv_devinfo -v's own lines.
+# `uroce devinfo`: how the port is set up, then ibv_devinfo -v's own lines. The default port
+# is uroce's own packet socket; port = dpdk is DPDK's net_af_packet.
 dev=$(ip netns exec "$ns" "$uroce" devinfo --iface "${ns}a")
-head -1 <<<"$dev" | grep -qE "^uroce0: port net_af_packet .* on ${ns}a \(interface MTU 9000; .*1 RX \+ 1 TX queue.*plain pages" \
+head -1 <<<"$dev" | grep -qE "^uroce0: port af_packet socket on ${ns}a \(interface MTU 9000; .*UDP GSO super-frames of up to 64 packets.*sleeps on the socket" \
   || fail "uroce devinfo's first line should describe the af_packet port on ${ns}a:
 $dev"
+dpdk=$(ip netns exec "$ns" env UROCE_PORT=dpdk "$uroce" devinfo --iface "${ns}a")
+head -1 <<<"$dpdk" | grep -qE "^uroce0: port net_af_packet .* on ${ns}a \(interface MTU 9000; .*1 RX \+ 1 TX queue.*plain pages" \
+  || fail "with UROCE_PORT=dpdk, uroce devinfo's first line should describe net_af_packet:
+$dpdk"
 grep -qE 'hca_id:\s+uroce0' <<<"$dev" || fail "uroce devinfo shows no device: $dev"
 echo "ok: uroce devinfo: $(head -1 <<<"$dev" | cut -c1-100)..."
 
