@@ -12,14 +12,14 @@
 #
 # Topology (all created here, nothing else is touched):
 #
-#   netns urix: urix0 10.78.0.1/24 (uroce via net_af_packet) ── veth ── urix-br ─┐
+#   netns urix: urix0 10.78.0.1/24 (uroce via af_packet) ──── veth ── urix-br ─┐
 #   VM (rdma_rxe on eth0) 10.78.0.11/24 ── virtio-net ── tap urtap0 ────────── bridge urbr0
 #
 # MTU 9000 everywhere, so both RoCE MTUs (1024, 4096) fit: each case passes -m to both sides.
 # The guest runs guest-agent.sh: one boot serves every case (booting under TCG is the slow
 # part); the host hands it job files through the VM's 9p share.
 #
-# Environment: UROCE_PORT=af_xdp runs uroce's side on its AF_XDP port instead of net_af_packet.
+# Environment: UROCE_PORT=af_xdp runs uroce's side on its AF_XDP port instead of the packet socket.
 # UROCE_LIB (dir holding our libibverbs.so.1), UROCE_BIN (the uroce command),
 # VERIFY_BIN (rdma_verify, built from rdma_verify.c: data-checking RC traffic of every kind),
 # DISSECT_BIN (uroce-dissect, reads uroce's capture of each damaged case),

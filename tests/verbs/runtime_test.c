@@ -10,9 +10,10 @@
  *   stress     threads posting and polling on their own QPs and CQs of one context, one
  *              blocked in ibv_get_cq_event, and a second context opened and closed in a loop
  *              meanwhile
- *   fork       after fork() the parent's device keeps working; the child cannot open one
- *              (DPDK runs once per process image) and its exit removes none of the parent's
- *              files
+ *   fork       after fork() the parent's device keeps working; the child opens a device of
+ *              its own (the af_packet port: nothing of the parent's is reused) and moves
+ *              data over it, or with UROCE_PORT=dpdk cannot (DPDK runs once per process
+ *              image: ENODEV); its exit removes none of the parent's files
  *   exit       exit() while a thread is still posting and every object is open: a clean
  *              exit, no counters file left
  *   cqevents   a completion event that was never read dies with its CQ: after the CQ is
@@ -566,14 +567,28 @@ static int mode_fork(void) {
   struct ibv_context* c = open_pair(&a, &b, 0);
   exchange(&a, &b, 9);
   CHECK(shm_exists(getpid()), "no counters file for this process");
+  const char* port = getenv("UROCE_PORT");
+  const int dpdk = port != NULL && strcmp(port, "dpdk") == 0;
   const pid_t pid = fork();
   if (pid == 0) {
-    struct ibv_context* cc = open_named("uroce0");
-    exit(cc == NULL && errno == ENODEV ? 0 : 3);  /* exit(): the library's exit hook runs */
+    if (dpdk) {
+      struct ibv_context* cc = open_named("uroce0");
+      exit(cc == NULL && errno == ENODEV ? 0 : 3);  /* exit(): the library's exit hook runs */
+    }
+    struct ep ca, cb;
+    struct ibv_context* cc = open_pair(&ca, &cb, 0);
+    exchange(&ca, &cb, 12);
+    exchange(&cb, &ca, 13);
+    CHECK(shm_exists(getpid()), "the child's device has no counters file of its own");
+    ep_free(&ca);
+    ep_free(&cb);
+    CHECK(ibv_close_device(cc) == 0, "the child's close");
+    exit(0);
   }
   int st = 0;
   waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child could open uroce0, or failed oddly (%d)",
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s (%d)",
+        dpdk ? "the child could open uroce0 on DPDK, or failed oddly" : "the child's own device failed",
         WEXITSTATUS(st));
   CHECK(shm_exists(getpid()), "the child's exit removed the parent's counters file");
   exchange(&a, &b, 10);
@@ -581,8 +596,9 @@ static int mode_fork(void) {
   ep_free(&a);
   ep_free(&b);
   CHECK(ibv_close_device(c) == 0, "close");
-  printf("ok: fork: the parent's device keeps working, the child cannot open one (ENODEV) and "
-         "its exit leaves the parent's files\n");
+  printf("ok: fork: the parent's device keeps working, the child %s, and its exit leaves the "
+         "parent's files\n",
+         dpdk ? "cannot open one on DPDK (ENODEV)" : "moved data over a device of its own");
   return 0;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unmodified Debian verbs programs over uroce between two network namespaces joined by a veth
-# pair: server in one, client in the other, both on uroce's libibverbs.so.1 (net_af_packet).
+# pair: server in one, client in the other, both on uroce's libibverbs.so.1 (af_packet port).
 # Checks that both sides exit 0 and report their figures.
 # Usage: verbs_programs.sh LIBDIR UROCE DISSECT. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail

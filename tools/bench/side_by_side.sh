@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The kernel's own sockets and uroce on the same link, in one run: two network namespaces
 # joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B) and qperf (tcp_lat,
-# udp_lat) over the kernel, then unmodified perftest over uroce (DPDK net_af_packet on the
-# same veth), the latency tests again with the progress thread spinning (progress = poll),
+# udp_lat) over the kernel, then unmodified perftest over uroce (uroce's own af_packet port,
+# with UDP GSO super-frames, on the same veth; then DPDK's net_af_packet and the port without
+# GSO for comparison), the latency tests again with the progress thread spinning (progress = poll),
 # perftest again on uroce's own AF_XDP port (port = af_xdp) on the same veth,
 # the CPU of an idle process and of one blocked in ibv_get_cq_event, and 10,000 RC QPs in one
 # process (tools/bench/qp_scale.c). The middleware, both ways on the same link: UCX's
 # ucx_perftest over its tcp transport and over rc_verbs on uroce, and Open MPI's ping-pong
 # (tests/verbs/mpi_pingpong.c) over its TCP BTL and over UCX on uroce. Two uroce processes
 # joined by shared memory (DPDK net_memif, no kernel interface), beside one core's memcpy. Prints each figure with its ratio to the kernel's, and the
-# CPU of each side (share of one core, /usr/bin/time %P); saves docs/bench/side_by_side.csv
+# CPU of each side (share of one core, /usr/bin/time %P) and for bandwidth the CPU seconds
+# of both sides per GB moved; saves docs/bench/side_by_side.csv
 # and .png.
 # Medians of RUNS runs (default 3). Needs root; run with nothing else busy.
 set -euo pipefail
@@ -185,7 +187,7 @@ memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" | awk '{print $
 mkdir -p docs/bench
 csv=docs/bench/side_by_side.csv
 if [ "${PLOT_ONLY:-0}" != 1 ]; then  # PLOT_ONLY=1: only the plot, from the CSV there is
-echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to" > "$csv"
+echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to,cpu_s_per_GB" > "$csv"
 declare -A fig
 row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
   local group=$1 name=$2 unit=$3 ref=$4; shift 4
@@ -196,11 +198,14 @@ row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
   c=$(awk '{print $3}' "$tmp/r" | median)
   fig[$name]=$v
   if [ "$ref" != - ]; then ratio=$(awk -v x="$v" -v y="${fig[$ref]}" 'BEGIN {printf "%.2f", (y > 0 ? x / y : 0)}'); fi
-  printf '%-7s %-24s %12s %-9s %6s %6s   %s\n' "$group" "$name" "$v" "$unit" "$s" "$c" \
-    "${ratio:+${ratio}x $ref}"
-  echo "$group,$name,$v,$unit,$s,$c,$ratio,${ref/-/}" >> "$csv"
+  # CPU seconds (both sides, user + system, spinning included) per GB moved.
+  local cpg=""
+  [ "$unit" != MB/s ] || cpg=$(awk -v v="$v" -v s="$s" -v c="$c" 'BEGIN {if (v > 0) printf "%.2f", 10 * (s + c) / v}')
+  printf '%-7s %-24s %12s %-9s %6s %6s %7s   %s\n' "$group" "$name" "$v" "$unit" "$s" "$c" \
+    "${cpg:--}" "${ratio:+${ratio}x $ref}"
+  echo "$group,$name,$v,$unit,$s,$c,$ratio,${ref/-/},$cpg" >> "$csv"
 }
-printf '%-7s %-24s %12s %-9s %6s %6s   %s\n' "" test value unit "srvCPU" "cliCPU" "uroce / kernel"
+printf '%-7s %-24s %12s %-9s %6s %6s %7s   %s\n' "" test value unit "srvCPU" "cliCPU" "CPUs/GB" "uroce / kernel"
 row kernel "iperf3 TCP" MB/s - iperf tcp_MBps
 row kernel "iperf3 UDP 64 B" msg/s - iperf udp_pps -u -b 0 -l 64
 row kernel "iperf3 UDP 8000 B" MB/s - iperf udp_MBps -u -b 0 -l 8000
@@ -223,7 +228,17 @@ row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d
 row poll "ib_send_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_write_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
-# The same veth through uroce's AF_XDP port (port = af_xdp) instead of net_af_packet.
+# The choice for the default port: DPDK's net_af_packet (port = dpdk), and uroce's own
+# packet socket without UDP GSO (gso = no), one packet per write.
+dpdk() { export UROCE_PORT=dpdk; "$@"; unset UROCE_PORT; }
+nogso() { export UROCE_GSO=no; "$@"; unset UROCE_GSO; }
+dbw64() { dpdk perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+row dpdk "dpdk ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" dbw64
+row dpdk "dpdk ib_write_bw 64 KiB" MB/s "iperf3 TCP" dpdk perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row dpdk "no-GSO ib_write_bw 64 KiB" MB/s "iperf3 TCP" nogso perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row dpdk "dpdk ib_send_lat 8 B" us "qperf udp_lat 8 B" dpdk perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row dpdk "dpdk ib_write_lat 8 B" us "qperf udp_lat 8 B" dpdk perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+# The same veth through uroce's AF_XDP port (port = af_xdp) instead of the packet socket.
 xbw64() { xdp perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
 row af_xdp "xdp ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" xbw64
 row af_xdp "xdp ib_write_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
@@ -259,13 +274,13 @@ if command -v gnuplot >/dev/null; then
 set terminal pngcairo size 1700,700 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest, UCX rc_verbs, Open MPI UCX; yellow: progress = poll; purple: port = af_xdp)\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX; yellow: progress = poll; grey: port = dpdk / gso = no; purple: port = af_xdp)\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
 set xtics rotate by -45 font ",10"
 set rmargin 12
-color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : g eq 'af_xdp' ? 0x882255 : 0xcc6677
+color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : g eq 'af_xdp' ? 0x882255 : g eq 'dpdk' ? 0x999999 : 0xcc6677
 set logscale y
 set yrange [10:*]
 set title 'bandwidth, MB/s (higher is better, log scale)'
