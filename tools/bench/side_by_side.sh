@@ -271,10 +271,10 @@ fi
 
 if command -v gnuplot >/dev/null; then
   gnuplot <<'GP'
-set terminal pngcairo size 1700,700 noenhanced
+set terminal pngcairo size 1700,740 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX; yellow: progress = poll; grey: port = dpdk / gso = no; purple: port = af_xdp)\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, or gso = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
