@@ -25,7 +25,14 @@ seeds=${GRID_SEEDS:-5} perf_seeds=${GRID_PERF_SEEDS:-1}
 # which sends nothing while it waits for the next request, cannot learn that the client is
 # gone — as with the kernel's CM, which stops resending a DREQ when its id is destroyed
 # (rping destroys it right after rdma_disconnect). The data was all verified by then.
-lost_dreq=0
+# A second one, counted apart too (lost_ack): the client finished, verified, and exited 0, and
+# the server failed with retry exceeded (status 12) on its last SEND: that SEND reached the
+# client (which could not have finished otherwise), but its ACK was lost and so was the
+# client's DREQ, and the client's QP was gone before the server's retransmission came. The
+# kernel's stack does the same (librdmacm moves no QP to the error state on DISCONNECTED; a
+# destroyed QP answers nothing). Seen with seed 4 at corrupt 0.05 (the 0.25 % pair of losses
+# on that seed's frame sequence, since the af_packet port's frames changed that sequence).
+lost_dreq=0 lost_ack=0
 run_pair() {
   local fault=$1 port=$2; shift 2
   local sargs=(); while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
@@ -45,7 +52,14 @@ run_pair() {
       return $rc
     fi
   fi
-  wait "$server" || rc=1
+  local src=0
+  wait "$server" || src=1
+  if [ $src -ne 0 ] && [ $crc -eq 0 ] && [ "${sargs[0]}" = rping ] &&
+     grep -q "cq completion failed status 12" "$dir/server.log"; then
+    lost_ack=$((lost_ack + 1))
+    return $rc
+  fi
+  [ $src -eq 0 ] || rc=1
   return $rc
 }
 
@@ -73,7 +87,7 @@ for kind in ${GRID_KINDS:-loss reorder duplicate corrupt all}; do
     size=60000
     case $kind/$rate in loss/0.05|corrupt/0.05|all/0.05) size=4096 ;; esac
     ok=0 n=0 bad=""
-    lost_before=$lost_dreq
+    lost_before=$((lost_dreq + lost_ack))
     for seed in $(seq "$seeds"); do
       f="$spec,seed=$seed,side=both"
       n=$((n + 1))
@@ -94,11 +108,11 @@ for kind in ${GRID_KINDS:-loss reorder duplicate corrupt all}; do
         fi
       done
     done
-    # Only a lost frame loses a DREQ: with reordering or duplication alone, a server left
-    # waiting is a failure.
+    # Only a lost frame loses a DREQ or an ACK: with reordering or duplication alone, a server
+    # left waiting or failing at the end is a failure.
     if [ "$kind" = reorder ] || [ "$kind" = duplicate ]; then
-      stuck=$((lost_dreq - lost_before))
-      [ "$stuck" -eq 0 ] || { ok=$((ok - stuck)); bad="$bad ($stuck servers never heard DISCONNECTED)"; }
+      stuck=$((lost_dreq + lost_ack - lost_before))
+      [ "$stuck" -eq 0 ] || { ok=$((ok - stuck)); bad="$bad ($stuck servers never heard DISCONNECTED or lost their last ACK)"; }
     fi
     total=$((total + n)); failed=$((failed + n - ok))
     printf '%-9s %s (rping -S %5d): %2d of %2d runs passed%s\n' "$kind" "$rate" "$size" "$ok" "$n" \
@@ -110,4 +124,4 @@ if [ "$failed" -ne 0 ]; then
   echo "FAIL: $failed of $total runs on a damaged link failed"
   exit 1
 fi
-echo "ok: all $total runs on a damaged link finished, rping's data verified ($lost_dreq rping servers left waiting after a lost DREQ)"
+echo "ok: all $total runs on a damaged link finished, rping's data verified ($lost_dreq rping servers left waiting after a lost DREQ, $lost_ack failed on their last SEND after its ACK and the DREQ were lost)"
