@@ -6,6 +6,7 @@
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,16 +18,6 @@
 #include "wire/ipv4.h"
 
 namespace uroce::drivers {
-namespace {
-
-constexpr uint32_t kHead = 4;         // room in front of each frame for an 802.1Q tag put back
-constexpr size_t kRxBatch = 32;       // messages per recvmmsg
-constexpr uint32_t kOverflow = 65536 + 64;  // a super-frame's bytes past its first packet
-constexpr size_t kTxMsgs = 64;        // messages per sendmmsg
-constexpr size_t kTxIov = 1024;       // iovecs per sendmmsg
-constexpr size_t kMaxRun = 64;        // packets per super-frame
-constexpr uint16_t kVlan = 0x8100, kQinQ = 0x88A8, kIpv4 = 0x0800, kIpv6 = 0x86DD;
-constexpr uint8_t kUdp = 17;
 
 /// struct virtio_net_hdr (linux/virtio_net.h, whose C++ trouble and age keep it out: its
 /// GSO_UDP_L4 came with Linux 6.2), in the host's byte order as packet sockets use it.
@@ -39,6 +30,18 @@ struct VnetHdr {
   uint16_t csum_offset;
 };
 static_assert(sizeof(VnetHdr) == 10);
+
+namespace {
+
+constexpr uint32_t kHead = 4;         // room in front of each frame for an 802.1Q tag put back
+constexpr uint32_t kRingSlots = 1024;  // receive ring slots (TPACKET_V2)
+constexpr uint32_t kOverflow = 65536 + 64;  // a super-frame's bytes past its first packet
+constexpr size_t kTxMsgs = 64;        // messages per sendmmsg
+constexpr size_t kTxIov = 1024;       // iovecs per sendmmsg
+constexpr size_t kMaxRun = 64;        // packets per super-frame
+constexpr uint16_t kVlan = 0x8100, kQinQ = 0x88A8, kIpv4 = 0x0800, kIpv6 = 0x86DD;
+constexpr uint8_t kUdp = 17;
+
 constexpr uint8_t kNeedsCsum = 1;          // kNeedsCsum
 constexpr uint8_t kGsoNone = 0, kGsoUdpL4 = 5, kGsoEcn = 0x80;
 
@@ -174,6 +177,42 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
     return nullptr;
   }
   if (!cfg.shared) setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+  ifreq r{};
+  std::memcpy(r.ifr_name, ifn.data(), ifn.size());
+  if (ioctl(fd, SIOCGIFHWADDR, &r) != 0 || r.ifr_hwaddr.sa_family != ARPHRD_ETHER) {
+    *error = "interface " + ifn + " is not an Ethernet interface (RoCE runs over Ethernet)";
+    return nullptr;
+  }
+  std::memcpy(p->mac_.data(), r.ifr_hwaddr.sa_data, 6);
+  uint32_t mtu = 1500;
+  if (ioctl(fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu >= 576) mtu = static_cast<uint32_t>(r.ifr_mtu);
+  p->max_frame_ = mtu + 18;  // Ethernet header and one 802.1Q tag
+  p->frame_cap_ = p->max_frame_;
+  // The receive ring: a slot per frame, read in place (no system call while polling). A
+  // frame longer than a slot (a super-frame) is queued whole on the socket as well
+  // (PACKET_COPY_THRESH) and read from there with recvmsg.
+  const int v2 = TPACKET_V2;
+  p->ring_slot_ = (p->max_frame_ + 256 + 4095) / 4096 * 4096;
+  tpacket_req req{};
+  req.tp_block_size = p->ring_slot_;
+  req.tp_block_nr = kRingSlots;
+  req.tp_frame_size = p->ring_slot_;
+  req.tp_frame_nr = kRingSlots;
+  if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v2, sizeof v2) != 0 ||
+      setsockopt(fd, SOL_PACKET, PACKET_COPY_THRESH, &one, sizeof one) != 0 ||
+      setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) != 0) {
+    *error = "packet socket on " + ifn + ": receive ring: " + std::strerror(errno);
+    return nullptr;
+  }
+  p->ring_bytes_ = size_t{p->ring_slot_} * kRingSlots;
+  void* ring = mmap(nullptr, p->ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (ring == MAP_FAILED) {
+    *error = "packet socket on " + ifn + ": mapping the receive ring: " + std::strerror(errno);
+    return nullptr;
+  }
+  p->ring_ = static_cast<uint8_t*>(ring);
+  madvise(ring, p->ring_bytes_, MADV_DONTFORK);  // a forked child has no use for it
+  p->ring_frames_.resize(kRingSlots);
   // Room for bursts of super-frames (root may go past net.core.rmem_max; others get that).
   const int rcv = 32 << 20, snd = 4 << 20;
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) != 0)
@@ -193,17 +232,6 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
   mr.mr_ifindex = static_cast<int>(index);
   mr.mr_type = PACKET_MR_ALLMULTI;
   setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr);
-  ifreq r{};
-  std::memcpy(r.ifr_name, ifn.data(), ifn.size());
-  if (ioctl(fd, SIOCGIFHWADDR, &r) != 0 || r.ifr_hwaddr.sa_family != ARPHRD_ETHER) {
-    *error = "interface " + ifn + " is not an Ethernet interface (RoCE runs over Ethernet)";
-    return nullptr;
-  }
-  std::memcpy(p->mac_.data(), r.ifr_hwaddr.sa_data, 6);
-  uint32_t mtu = 1500;
-  if (ioctl(fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu >= 576) mtu = static_cast<uint32_t>(r.ifr_mtu);
-  p->max_frame_ = mtu + 18;  // Ethernet header and one 802.1Q tag
-  p->frame_cap_ = p->max_frame_;
   p->gso_ = cfg.gso;
   const size_t stride = kHead + p->frame_cap_;
   p->storage_ = std::make_unique<uint8_t[]>(stride * cfg.frames);
@@ -215,7 +243,7 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
     p->free_.push_back(&f);
   }
   p->ready_.reserve(cfg.frames);
-  p->overflow_ = std::make_unique<uint8_t[]>(size_t{kOverflow} * kRxBatch);
+  p->overflow_ = std::make_unique<uint8_t[]>(kOverflow);
   p->description_ =
       "af_packet socket on " + ifn + " (interface MTU " + std::to_string(mtu) + "; " +
       (cfg.shared ? "the kernel's transmit path, so other packet sockets see our frames"
@@ -224,12 +252,14 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
       (cfg.gso ? "runs of packets sent as UDP GSO super-frames of up to " +
                      std::to_string(kMaxRun) + " packets"
                : "one packet per write (gso = no)") +
-      "; " + std::to_string(cfg.frames) + " frames of " + std::to_string(p->frame_cap_) +
-      " B; sleeps on the socket when idle";
+      "; a receive ring of " + std::to_string(kRingSlots) + " slots of " +
+      std::to_string(p->ring_slot_) + " B read in place, " + std::to_string(cfg.frames) +
+      " frames of " + std::to_string(p->frame_cap_) + " B; sleeps on the socket when idle";
   return p;
 }
 
 PacketPort::~PacketPort() {
+  if (ring_ != nullptr) munmap(ring_, ring_bytes_);
   if (fd_ >= 0) close(fd_);
 }
 
@@ -248,6 +278,12 @@ Frame* PacketPort::alloc_frame() {
 }
 
 void PacketPort::free_frame(Frame* f) {
+  if (f >= ring_frames_.data() && f < ring_frames_.data() + ring_frames_.size()) {
+    // A receive ring slot: back to the kernel.
+    auto* h = reinterpret_cast<tpacket2_hdr*>(ring_ + size_t{ring_slot_} * static_cast<size_t>(f - ring_frames_.data()));
+    __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    return;
+  }
   SpinGuard g(free_lock_);
   free_.push_back(f);
 }
@@ -304,78 +340,109 @@ bool PacketPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_
   return true;
 }
 
+void PacketPort::accept(Frame* f, const VnetHdr& vh, uint32_t len, uint32_t tag,
+                        const uint8_t* overflow) {
+  const uint8_t gso = vh.gso_type & static_cast<uint8_t>(~kGsoEcn);
+  if (gso == kGsoUdpL4) {
+    // A super-frame from a uroce peer on this link: cut back into its packets.
+    if (!cut(f, overflow, len, vh.gso_size)) {
+      ++rx_oversize_;
+      free_frame(f);
+    }
+    return;
+  }
+  if (len > f->cap) {  // the kernel's own super-frames (TCP): not ours
+    if (gso == kGsoNone) ++rx_oversize_;
+    free_frame(f);
+    return;
+  }
+  f->len = len;
+  // A checksum left for the NIC to finish: RoCEv2 ignores it, so make it plainly zero.
+  if ((vh.flags & kNeedsCsum) != 0) {
+    const uint32_t at = tag + vh.csum_start + vh.csum_offset;
+    if (at + 2 <= len) put_be16(f->data + at, 0);
+  }
+  ready_.push_back(f);
+}
+
+void PacketPort::receive_queued() {
+  // The whole frame of a ring slot marked TP_STATUS_COPY, queued on the socket.
+  Frame* f = alloc_frame();
+  VnetHdr vh{};
+  alignas(cmsghdr) uint8_t ctl[CMSG_SPACE(sizeof(tpacket_auxdata))];
+  uint8_t discard[64];
+  iovec iov[3] = {{&vh, sizeof vh}, {f != nullptr ? f->data : discard, f != nullptr ? f->cap : sizeof discard},
+                  {overflow_.get(), kOverflow}};
+  msghdr h{};
+  h.msg_iov = iov;
+  h.msg_iovlen = 3;
+  h.msg_control = ctl;
+  h.msg_controllen = sizeof ctl;
+  const ssize_t got = recvmsg(fd_, &h, MSG_DONTWAIT);
+  if (f == nullptr) {
+    if (got > 0) ++rx_no_frame_;
+    return;
+  }
+  if (got < static_cast<ssize_t>(sizeof vh) || (h.msg_flags & MSG_TRUNC) != 0) {
+    if (got > 0) ++rx_oversize_;
+    free_frame(f);
+    return;
+  }
+  uint32_t len = static_cast<uint32_t>(got) - static_cast<uint32_t>(sizeof vh);
+  uint32_t tag = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+    if (c->cmsg_level != SOL_PACKET || c->cmsg_type != PACKET_AUXDATA) continue;
+    tpacket_auxdata aux;
+    std::memcpy(&aux, CMSG_DATA(c), sizeof aux);
+    if ((aux.tp_status & TP_STATUS_VLAN_VALID) == 0 || len < 12) continue;
+    tag = put_tag_back(f, aux.tp_status, aux.tp_vlan_tpid, aux.tp_vlan_tci);
+    len += tag;
+  }
+  accept(f, vh, len, tag, overflow_.get());
+}
+
+uint32_t PacketPort::put_tag_back(Frame* f, uint32_t status, uint16_t tpid, uint16_t tci) {
+  // The kernel took an 802.1Q tag off (VLAN offload): put it back where it was. There is
+  // room in front of every frame (kHead; in a ring slot, the slot's own header).
+  std::memmove(f->data - 4, f->data, 12);
+  f->data -= 4;
+  f->cap += 4;
+  put_be16(f->data + 12, (status & TP_STATUS_VLAN_TPID_VALID) ? tpid : kVlan);
+  put_be16(f->data + 14, tci);
+  return 4;
+}
+
 uint16_t PacketPort::rx_burst(uint64_t, std::span<Frame*> out) {
   uint16_t n = take_ready(out, 0);
-  if (n == out.size()) return n;
-  const size_t want = std::min(kRxBatch, out.size() - n);
-  mmsghdr msgs[kRxBatch];
-  iovec iov[kRxBatch][3];
-  VnetHdr vh[kRxBatch];
-  alignas(cmsghdr) uint8_t ctl[kRxBatch][CMSG_SPACE(sizeof(tpacket_auxdata))];
-  // Receive buffers stay posted from one call to the next: a poll that finds nothing costs
-  // the system call only.
-  Frame** slot = rx_slot_;
-  size_t m = 0;
-  for (; m < want; ++m) {
-    if (slot[m] == nullptr && (slot[m] = alloc_frame()) == nullptr) break;
-    iov[m][0] = {&vh[m], sizeof vh[m]};
-    iov[m][1] = {slot[m]->data, slot[m]->cap};
-    iov[m][2] = {overflow_.get() + size_t{kOverflow} * m, kOverflow};
-    msgs[m] = {};
-    msgs[m].msg_hdr.msg_iov = iov[m];
-    msgs[m].msg_hdr.msg_iovlen = 3;
-    msgs[m].msg_hdr.msg_control = ctl[m];
-    msgs[m].msg_hdr.msg_controllen = sizeof ctl[m];
-  }
-  const int got = m == 0 ? 0 : recvmmsg(fd_, msgs, static_cast<unsigned>(m), MSG_DONTWAIT, nullptr);
-  const size_t k = got > 0 ? static_cast<size_t>(got) : 0;
-  for (size_t i = 0; i < k; ++i) {
-    Frame* f = slot[i];
-    slot[i] = nullptr;
-    const msghdr& h = msgs[i].msg_hdr;
-    if (msgs[i].msg_len < sizeof vh[i] || (h.msg_flags & MSG_TRUNC) != 0) {
+  // Ring slots in order, while the kernel has handed them over; what they hold goes to ready_
+  // (a super-frame as several packets).
+  while (ready_.size() - ready_head_ < out.size() - n) {
+    auto* h = reinterpret_cast<tpacket2_hdr*>(ring_ + size_t{ring_slot_} * ring_head_);
+    const uint32_t status = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
+    if ((status & TP_STATUS_USER) == 0) break;
+    Frame* f = &ring_frames_[ring_head_];
+    ring_head_ = (ring_head_ + 1) % kRingSlots;
+    uint8_t* base = reinterpret_cast<uint8_t*>(h);
+    f->data = base + h->tp_mac;
+    f->cap = ring_slot_ - h->tp_mac;
+    if ((status & TP_STATUS_COPY) != 0) {  // too long for a slot: read it whole from the socket
+      free_frame(f);
+      receive_queued();
+      continue;
+    }
+    if (h->tp_snaplen < h->tp_len) {  // too long, and no room on the socket either: lost
       ++rx_oversize_;
       free_frame(f);
       continue;
     }
-    uint32_t len = msgs[i].msg_len - static_cast<uint32_t>(sizeof vh[i]);
-    uint32_t tag = 0;  // bytes put back in front of what the kernel's offsets count
-    // The kernel took an 802.1Q tag off (VLAN offload): put it back where it was.
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
-      if (c->cmsg_level != SOL_PACKET || c->cmsg_type != PACKET_AUXDATA) continue;
-      tpacket_auxdata aux;
-      std::memcpy(&aux, CMSG_DATA(c), sizeof aux);
-      if ((aux.tp_status & TP_STATUS_VLAN_VALID) == 0 || len < 12) continue;
-      const uint16_t tpid = (aux.tp_status & TP_STATUS_VLAN_TPID_VALID) ? aux.tp_vlan_tpid : kVlan;
-      std::memmove(f->data - 4, f->data, 12);
-      f->data -= 4;
-      f->cap += 4;
-      put_be16(f->data + 12, tpid);
-      put_be16(f->data + 14, aux.tp_vlan_tci);
-      len += 4;
-      tag = 4;
+    VnetHdr vh;
+    std::memcpy(&vh, f->data - sizeof vh, sizeof vh);
+    uint32_t len = h->tp_len, tag = 0;
+    if ((status & TP_STATUS_VLAN_VALID) != 0 && len >= 12) {
+      tag = put_tag_back(f, status, h->tp_vlan_tpid, h->tp_vlan_tci);
+      len += tag;
     }
-    const uint8_t gso = vh[i].gso_type & static_cast<uint8_t>(~kGsoEcn);
-    if (gso == kGsoUdpL4) {
-      // A super-frame from a uroce peer on this link: cut back into its packets.
-      if (!cut(f, overflow_.get() + size_t{kOverflow} * i, len, vh[i].gso_size)) {
-        ++rx_oversize_;
-        free_frame(f);
-      }
-      continue;
-    }
-    if (len > f->cap) {  // the kernel's own super-frames (TCP): not ours
-      if (gso == kGsoNone) ++rx_oversize_;
-      free_frame(f);
-      continue;
-    }
-    f->len = len;
-    // A checksum left for the NIC to finish: RoCEv2 ignores it, so make it plainly zero.
-    if ((vh[i].flags & kNeedsCsum) != 0) {
-      const uint32_t at = tag + vh[i].csum_start + vh[i].csum_offset;
-      if (at + 2 <= len) put_be16(f->data + at, 0);
-    }
-    ready_.push_back(f);
+    accept(f, vh, len, tag, nullptr);
   }
   const uint16_t before = n;
   n = take_ready(out, n);

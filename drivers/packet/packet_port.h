@@ -17,9 +17,11 @@
 // veth) are cut back into packets here.
 //
 // Frames are sent with sendmmsg() straight from the engine's buffers (an iovec per packet,
-// no copy in user space) and received with recvmmsg() straight into them (a super-frame's
-// second and later packets are copied out of an overflow buffer). 802.1Q tags the kernel
-// took off on receive are put back. `shared` (the default) transmits through the kernel's
+// no copy in user space) and received in a TPACKET_V2 ring, where the engine reads them in
+// place: polling an idle port costs no system call. A frame longer than a ring slot (a
+// super-frame) is also queued whole on the socket (PACKET_COPY_THRESH) and read with one
+// recvmsg; its second and later packets are copied out of it. 802.1Q tags the kernel took
+// off on receive are put back. `shared` (the default) transmits through the kernel's
 // normal path, so that other packet sockets on the interface (another uroce process) see
 // our frames; otherwise PACKET_QDISC_BYPASS.
 #pragma once
@@ -41,6 +43,8 @@ struct PacketConfig {
   bool gso = true;       // send runs of packets as UDP GSO super-frames
   uint32_t frames = 4096;  // frame buffers (each the interface MTU + 22 bytes)
 };
+
+struct VnetHdr;  // struct virtio_net_hdr
 
 class PacketPort final : public Port {
  public:
@@ -75,6 +79,12 @@ class PacketPort final : public Port {
   /// Cuts the super-frame received in `head` (and the overflow buffer behind it) into
   /// packets on ready_; false if it cannot be cut (dropped).
   bool cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss);
+  /// A received frame of `len` bytes (`tag` of them an 802.1Q tag put back) and its
+  /// virtio_net_hdr: to ready_, cut if it is a super-frame, or dropped.
+  void accept(Frame* f, const VnetHdr& vh, uint32_t len, uint32_t tag,
+              const uint8_t* overflow);
+  void receive_queued();
+  static uint32_t put_tag_back(Frame* f, uint32_t status, uint16_t tpid, uint16_t tci);
 
   std::vector<Frame> frames_;
   std::unique_ptr<uint8_t[]> storage_;
@@ -82,8 +92,12 @@ class PacketPort final : public Port {
   std::atomic_flag free_lock_ = ATOMIC_FLAG_INIT;
   std::vector<Frame*> ready_;     // cut packets waiting for the next rx_burst (FIFO)
   size_t ready_head_ = 0;
-  Frame* rx_slot_[32] = {};                // posted receive buffers (kRxBatch)
-  std::unique_ptr<uint8_t[]> overflow_;  // one per receive slot
+  std::unique_ptr<uint8_t[]> overflow_;  // a queued super-frame's bytes past its first packet
+  uint8_t* ring_ = nullptr;               // the receive ring (TPACKET_V2), mapped
+  size_t ring_bytes_ = 0;
+  uint32_t ring_slot_ = 0;                // bytes per slot
+  uint32_t ring_head_ = 0;                // the next slot the kernel fills
+  std::vector<Frame> ring_frames_;        // a Frame per slot, handed out in place
   uint32_t frame_cap_ = 0;
   uint32_t max_frame_ = 0;
   std::array<uint8_t, 6> mac_{};
