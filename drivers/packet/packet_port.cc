@@ -1,6 +1,7 @@
 #include "packet/packet_port.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "util/sys.h"
 #include "wire/ipv4.h"
@@ -50,6 +52,34 @@ void put_be16(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v >> 8);
   p[1] = static_cast<uint8_t>(v);
 }
+
+/// The socket's filter (classic BPF, run by the kernel on every frame of the interface before
+/// it is copied to us): ARP, RoCEv2 (UDP to port 4791 over IPv4 without fragments or IPv6),
+/// ICMPv6 (neighbour discovery) and frames still carrying an 802.1Q / 802.1ad tag pass; the
+/// kernel's own TCP, other UDP and the rest of the interface's traffic do not. A VLAN tag the
+/// kernel took off is not in the data the filter sees.
+constexpr sock_filter kFilter[] = {
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),                // 0: EtherType
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0806, 16, 0),    // 1: ARP
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kVlan, 15, 0),     // 2: a tag left in the data
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kQinQ, 14, 0),     // 3
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kIpv4, 1, 0),      // 4
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kIpv6, 7, 13),     // 5
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 23),                // 6: IPv4 protocol
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 11),      // 7
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 20),                // 8: flags, fragment offset
+    BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1FFF, 9, 0),    // 9: a fragment
+    BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 14),               // 10: X = IPv4 header length
+    BPF_STMT(BPF_LD | BPF_H | BPF_IND, 16),                // 11: UDP destination port
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 4791, 5, 6),       // 12
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 20),                // 13: IPv6 next header
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 1, 0),       // 14
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 58, 2, 3),         // 15: ICMPv6
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 56),                // 16: UDP destination port
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 4791, 0, 1),       // 17
+    BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu),                // 18: the whole frame
+    BPF_STMT(BPF_RET | BPF_K, 0),                          // 19: not ours
+};
 
 class SpinGuard {
  public:
@@ -213,6 +243,12 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
   p->ring_ = static_cast<uint8_t*>(ring);
   madvise(ring, p->ring_bytes_, MADV_DONTFORK);  // a forked child has no use for it
   p->ring_frames_.resize(kRingSlots);
+  // Only what the engine takes (before bind: no other frame is queued in between).
+  sock_fprog prog{static_cast<unsigned short>(std::size(kFilter)), const_cast<sock_filter*>(kFilter)};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+    *error = "packet socket on " + ifn + ": its filter: " + std::strerror(errno);
+    return nullptr;
+  }
   // Room for bursts of super-frames (root may go past net.core.rmem_max; others get that).
   const int rcv = 32 << 20, snd = 4 << 20;
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) != 0)

@@ -21,7 +21,8 @@
 // place: polling an idle port costs no system call. A frame longer than a ring slot (a
 // super-frame) is also queued whole on the socket (PACKET_COPY_THRESH) and read with one
 // recvmsg; its second and later packets are copied out of it. 802.1Q tags the kernel took
-// off on receive are put back. `shared` (the default) transmits through the kernel's
+// off on receive are put back. A socket filter keeps everything but ARP, RoCEv2 and ICMPv6
+// off the socket (the kernel's own traffic on a shared interface is not copied to us). `shared` (the default) transmits through the kernel's
 // normal path, so that other packet sockets on the interface (another uroce process) see
 // our frames; otherwise PACKET_QDISC_BYPASS.
 #pragma once

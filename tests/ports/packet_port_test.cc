@@ -48,6 +48,8 @@ struct Spec {
   uint16_t sport = 49152;
   uint16_t ident = 0;
   uint32_t payload = 0;
+  uint16_t dport = 4791;
+  uint8_t proto = 17;  // IPv4 only: 6 makes it look like the kernel's TCP
 };
 
 /// An Ethernet / (802.1Q) / IPv4 or IPv6 / UDP 4791 frame as uroce's engine builds one (UDP
@@ -84,14 +86,14 @@ std::vector<uint8_t> build(const Spec& s, const std::array<uint8_t, 6>& dst,
     put16(ip + 4, s.ident);
     put16(ip + 6, 0x4000);  // DF
     ip[8] = 64;
-    ip[9] = 17;
+    ip[9] = s.proto;
     const uint8_t a[8] = {10, 97, 0, 1, 10, 97, 0, 2};
     std::memcpy(ip + 12, a, 8);
     put16(ip + 10, uroce::wire::internet_checksum(uroce::wire::Bytes(ip, 20)));
     udp = ip + 20;
   }
   put16(udp, s.sport);
-  put16(udp + 2, 4791);
+  put16(udp + 2, s.dport);
   put16(udp + 4, udp_len);
   for (uint32_t i = 0; i < s.payload; ++i) udp[8 + i] = static_cast<uint8_t>(rng());
   return f;
@@ -146,18 +148,24 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 4; ++i) specs.push_back({true, false, 49153, 0, 2000});
   specs.push_back({false, true, 49154, id++, 300});
   for (int i = 0; i < 3; ++i) specs.push_back({false, false, 49155, id++, 20});
+  // Not RoCE: the port's filter keeps them off the socket (checked below, not expected).
+  std::vector<Spec> others = {{false, false, 49156, id++, 100, 9, 17},
+                              {false, false, 49156, id++, 1000, 4791, 6}};
   const uint64_t supers = 4 + big_supers;
   std::vector<std::vector<uint8_t>> sent;
   std::vector<Frame*> burst;
-  for (const Spec& s : specs) {
-    sent.push_back(build(s, b->mac(), a->mac(), rng));
+  auto add = [&](const Spec& s, bool expected) {
+    std::vector<uint8_t> bytes = build(s, b->mac(), a->mac(), rng);
     Frame* f = a->alloc_frame();
-    CHECK(f != nullptr && f->cap >= sent.back().size(), "alloc_frame");
-    if (f == nullptr) return 1;
-    std::memcpy(f->data, sent.back().data(), sent.back().size());
-    f->len = static_cast<uint32_t>(sent.back().size());
+    CHECK(f != nullptr && f->cap >= bytes.size(), "alloc_frame");
+    if (f == nullptr) return;
+    std::memcpy(f->data, bytes.data(), bytes.size());
+    f->len = static_cast<uint32_t>(bytes.size());
     burst.push_back(f);
-  }
+    if (expected) sent.push_back(std::move(bytes));
+  };
+  for (const Spec& s : specs) add(s, true);
+  for (const Spec& s : others) add(s, false);
   size_t off = 0;
   for (int tries = 0; off < burst.size() && tries < 1000; ++tries)
     off += a->tx_burst(0, std::span<Frame* const>(burst).subspan(off));
@@ -165,17 +173,22 @@ int main(int argc, char** argv) {
   CHECK(a->stats().tx_super == supers, "%llu super-frames sent, expected %llu",
         static_cast<unsigned long long>(a->stats().tx_super),
         static_cast<unsigned long long>(supers));
-  CHECK(a->stats().tx_frames == sent.size(), "tx_frames %llu",
+  CHECK(a->stats().tx_frames == burst.size(), "tx_frames %llu",
         static_cast<unsigned long long>(a->stats().tx_frames));
   // Receive until every packet is in or 2 s pass without one.
   std::vector<std::vector<uint8_t>> got;
+  size_t unwanted = 0;
   while (got.size() < sent.size()) {
     Frame* in[64];
     const uint16_t n = b->rx_burst(0, in);
     for (uint16_t i = 0; i < n; ++i) {
       const std::vector<uint8_t> bytes(in[i]->data, in[i]->data + in[i]->len);
+      const bool from_a = bytes.size() > 42 && std::memcmp(&bytes[6], a->mac().data(), 6) == 0;
       // Only our test traffic (UDP 4791): the kernel may send IPv6 router solicitations.
-      if (bytes.size() > 42 && get16(&bytes[udp_check_at(bytes) - 4]) == 4791) got.push_back(bytes);
+      if (from_a && get16(&bytes[12]) == 0x0800 && (bytes[23] != 17 || get16(&bytes[36]) != 4791))
+        ++unwanted;
+      else if (bytes.size() > 42 && get16(&bytes[udp_check_at(bytes) - 4]) == 4791)
+        got.push_back(bytes);
       b->free_frame(in[i]);
     }
     if (n > 0) continue;
@@ -183,6 +196,8 @@ int main(int argc, char** argv) {
     if (poll(&p, 1, 2000) <= 0) break;
   }
   CHECK(got.size() == sent.size(), "received %zu packets of %zu", got.size(), sent.size());
+  CHECK(unwanted == 0, "%zu frames that are not RoCE (UDP to port 9, TCP) got past the filter",
+        unwanted);
   for (size_t i = 0; i < got.size() && i < sent.size(); ++i) {
     std::vector<uint8_t> g = got[i];
     const size_t at = udp_check_at(g);
@@ -199,8 +214,10 @@ int main(int argc, char** argv) {
     CHECK(rx_super == supers, "%llu super-frames arrived whole, expected %llu",
           static_cast<unsigned long long>(rx_super), static_cast<unsigned long long>(supers));
   if (g_failures != 0) return 1;
-  std::printf("ok: %zu packets in one burst, %llu super-frames, %s: every packet arrived as built\n",
+  std::printf("ok: %zu packets in one burst, %llu super-frames, %s: every packet arrived as built, "
+              "the %zu that are not RoCE were kept off the socket\n",
               sent.size(), static_cast<unsigned long long>(supers),
-              segmented ? "cut by the kernel on the way" : "crossed whole and cut by the receiving port");
+              segmented ? "cut by the kernel on the way" : "crossed whole and cut by the receiving port",
+              others.size());
   return 0;
 }

@@ -85,12 +85,16 @@ run_pair "rping IPv4, the other way" tcp:7174 "rdma-ping-9:" rping -s -a 10.97.0
 srv_ns=$nsB srv_if=${tag}vb cli_ns=$nsA cli_if=${tag}va
 run_pair "rping IPv6" tcp:7174 "rdma-ping-9:" rping -s -a fd00:97::2 -C 10 -- rping -c -v -V -a fd00:97::2 -C 10
 # Link-local IPv6 (fe80::, GID index 0): an address that names its interface (%IF).
-ll=""
-for _ in $(seq 100); do  # until duplicate address detection has passed
+# Both ends' addresses must have passed duplicate address detection: the client's own is
+# its source (a tentative one cannot be bound: EADDRNOTAVAIL, seen once the port opened
+# faster than DAD ends).
+ll="" ll_a=""
+for _ in $(seq 100); do
   ll=$(ip -n "$nsB" -6 addr show dev "${tag}vb" scope link | awk '/inet6/ && !/tentative/ { sub("/.*", "", $2); print $2 }')
-  [ -n "$ll" ] && break; sleep 0.1
+  ll_a=$(ip -n "$nsA" -6 addr show dev "${tag}va" scope link | awk '/inet6/ && !/tentative/ { sub("/.*", "", $2); print $2 }')
+  [ -n "$ll" ] && [ -n "$ll_a" ] && break; sleep 0.1
 done
-[ -n "$ll" ] || { echo "FAIL: no link-local address on ${tag}vb"; exit 1; }
+[ -n "$ll" ] && [ -n "$ll_a" ] || { echo "FAIL: no link-local address on ${tag}vb or ${tag}va"; exit 1; }
 run_pair "rping link-local IPv6" tcp:7174 "rdma-ping-4:" rping -s -a "$ll%${tag}vb" -C 5 -- rping -c -v -V -a "$ll%${tag}va" -C 5
 run_pair "rping, the server on every address" tcp:7174 "rdma-ping-4:" rping -s -C 5 -- rping -c -v -V -a 10.97.0.2 -C 5
 run_pair "ucmatose (RC, 1 connection)" tcp:7471 "test complete" ucmatose -- ucmatose -s 10.97.0.2
