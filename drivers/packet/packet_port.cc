@@ -326,6 +326,10 @@ void PacketPort::free_frame(Frame* f) {
 
 uint16_t PacketPort::take_ready(std::span<Frame*> out, uint16_t n) {
   while (n < out.size() && ready_head_ < ready_.size()) out[n++] = ready_[ready_head_++];
+  // rx_burst reads another slot only while the queue holds less than its caller asked for,
+  // so the queue runs empty (and is cleared here) before it is refilled: it never holds more
+  // than one burst and one super-frame, and never grows past its reserve (ports.packet_gso
+  // counts the allocations of a long run behind a backlog: none).
   if (ready_head_ == ready_.size()) {
     ready_.clear();
     ready_head_ = 0;

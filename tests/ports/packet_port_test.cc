@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_counter.h"
 #include "packet/packet_port.h"
 #include "wire/ipv4.h"
 
@@ -207,6 +208,53 @@ int main(int argc, char** argv) {
     CHECK(g == sent[i], "packet %zu differs from what was sent", i);
   }
   const uint64_t rx_super = b->stats().rx_super;
+  // Steady state, as the engine runs it: bursts of full-sized runs sent, received in small
+  // bursts that leave cut packets waiting from one call to the next, all frames returned.
+  // Nothing may allocate (no growth of the port's queues either), however long it runs.
+  if (!segmented) {
+    size_t moved = 0, sent_n = 0;
+    std::vector<std::vector<uint8_t>> tmpl;  // built before counting; identifications set below
+    for (int i = 0; i < 15; ++i) tmpl.push_back(build({false, false, 49160, 0, 4000}, b->mac(), a->mac(), rng));
+    const size_t before = uroce::test::allocations();
+    for (int round = 0; round < 700; ++round) {
+      Frame* run[15];
+      for (int i = 0; i < 15; ++i) {
+        run[i] = a->alloc_frame();
+        if (run[i] == nullptr) return 1;
+        std::memcpy(run[i]->data, tmpl[i].data(), tmpl[i].size());
+        run[i]->len = static_cast<uint32_t>(tmpl[i].size());
+        uint8_t* ip = run[i]->data + 14;
+        put16(ip + 4, id++);
+        put16(ip + 10, 0);
+        put16(ip + 10, uroce::wire::internet_checksum(uroce::wire::Bytes(ip, 20)));
+        sent_n += 1;
+      }
+      size_t off2 = 0;
+      for (int tries = 0; off2 < 15 && tries < 1000; ++tries)
+        off2 += a->tx_burst(0, std::span<Frame* const>(run, 15).subspan(off2));
+      for (int k = 0; k < 2; ++k) {  // 8 of the 15: a backlog of cut packets builds up
+        Frame* in[4];
+        const uint16_t n = b->rx_burst(0, in);
+        for (uint16_t i = 0; i < n; ++i) b->free_frame(in[i]);
+        moved += n;
+      }
+    }
+    for (int idle = 0; moved < sent_n && idle < 100;) {
+      Frame* in[4];
+      const uint16_t n = b->rx_burst(0, in);
+      for (uint16_t i = 0; i < n; ++i) b->free_frame(in[i]);
+      moved += n;
+      if (n > 0) continue;
+      ++idle;
+      pollfd p{b->wait_fd(), POLLIN, 0};
+      poll(&p, 1, 100);
+    }
+    const size_t allocs = uroce::test::allocations() - before;
+    CHECK(moved >= sent_n * 9 / 10, "steady state: %zu of %zu packets arrived", moved, sent_n);
+    CHECK(allocs == 0, "steady state: %zu allocations while moving %zu packets", allocs, moved);
+    std::printf("ok: steady state: %zu packets in 700 super-frames, received 4 at a time "
+                "behind a growing backlog, no allocation\n", moved);
+  }
   if (segmented)
     CHECK(rx_super == 0, "the kernel was to cut the super-frames, yet %llu arrived whole",
           static_cast<unsigned long long>(rx_super));
