@@ -16,6 +16,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "common/spin_guard.h"
 #include "util/sys.h"
 #include "wire/ipv4.h"
 
@@ -79,18 +80,6 @@ constexpr sock_filter kFilter[] = {
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 4791, 0, 1),       // 17
     BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu),                // 18: the whole frame
     BPF_STMT(BPF_RET | BPF_K, 0),                          // 19: not ours
-};
-
-class SpinGuard {
- public:
-  explicit SpinGuard(std::atomic_flag& f) : f_(f) {
-    while (f_.test_and_set(std::memory_order_acquire)) {
-    }
-  }
-  ~SpinGuard() { f_.clear(std::memory_order_release); }
-
- private:
-  std::atomic_flag& f_;
 };
 
 /// Where a UDP packet's headers are: l3 and l4 offsets, IPv4 or IPv6.
@@ -217,7 +206,6 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
   uint32_t mtu = 1500;
   if (ioctl(fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu >= 576) mtu = static_cast<uint32_t>(r.ifr_mtu);
   p->max_frame_ = mtu + 18;  // Ethernet header and one 802.1Q tag
-  p->frame_cap_ = p->max_frame_;
   // The receive ring: a slot per frame, read in place (no system call while polling). A
   // frame longer than a slot (a super-frame) is queued whole on the socket as well
   // (PACKET_COPY_THRESH) and read from there with recvmsg.
@@ -269,7 +257,7 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
   mr.mr_type = PACKET_MR_ALLMULTI;
   setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr);
   p->gso_ = cfg.gso;
-  const size_t stride = kHead + p->frame_cap_;
+  const size_t stride = kHead + p->max_frame_;
   p->storage_ = std::make_unique<uint8_t[]>(stride * cfg.frames);
   p->frames_.resize(cfg.frames);
   p->free_.reserve(cfg.frames);
@@ -290,7 +278,7 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
                : "one packet per write (gso = no)") +
       "; a receive ring of " + std::to_string(kRingSlots) + " slots of " +
       std::to_string(p->ring_slot_) + " B read in place, " + std::to_string(cfg.frames) +
-      " frames of " + std::to_string(p->frame_cap_) + " B; sleeps on the socket when idle";
+      " frames of " + std::to_string(p->max_frame_) + " B; sleeps on the socket when idle";
   return p;
 }
 
@@ -308,7 +296,7 @@ Frame* PacketPort::alloc_frame() {
     free_.pop_back();
   }
   f->data = static_cast<uint8_t*>(f->cookie) + kHead;
-  f->cap = frame_cap_;
+  f->cap = max_frame_;
   f->len = 0;
   return f;
 }

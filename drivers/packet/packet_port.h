@@ -71,7 +71,7 @@ class PacketPort final : public Port {
   };
   Stats stats() const;
 
-  /// How a frame's headers let it join a run (exposed for tests).
+  /// The largest super-frame: its IP length field (tests size their runs by it).
   static constexpr uint32_t kMaxSuper = 65535;  // IPv4 total length / IPv6 payload length
 
  private:
@@ -99,7 +99,6 @@ class PacketPort final : public Port {
   uint32_t ring_slot_ = 0;                // bytes per slot
   uint32_t ring_head_ = 0;                // the next slot the kernel fills
   std::vector<Frame> ring_frames_;        // a Frame per slot, handed out in place
-  uint32_t frame_cap_ = 0;
   uint32_t max_frame_ = 0;
   std::array<uint8_t, 6> mac_{};
   int fd_ = -1;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <xdp/xsk.h>
 
+#include "common/spin_guard.h"
 #include "wire/addr.h"
 
 #include <algorithm>
@@ -46,18 +47,6 @@ constexpr uint32_t kRing = 2048;           // fill, completion, rx and tx ring e
 constexpr uint32_t kKeepFree = 512;        // slots kept back from the fill ring for sending
 constexpr uint32_t kHeadroom = XDP_PACKET_HEADROOM;  // where the kernel puts received data
 constexpr const char* kProgName = "uroce_steer";
-
-class SpinGuard {
- public:
-  explicit SpinGuard(std::atomic_flag& f) : f_(f) {
-    while (f_.test_and_set(std::memory_order_acquire)) {
-    }
-  }
-  ~SpinGuard() { f_.clear(std::memory_order_release); }
-
- private:
-  std::atomic_flag& f_;
-};
 
 /// The XDP program attached to `ifindex` (0: none) and its name.
 uint32_t attached_program(int ifindex, std::string* name) {
