@@ -104,6 +104,11 @@ run_pair "udaddy (UD, SIDR)" udp:7174 "test complete" udaddy -- udaddy -s 10.97.
 # once the group shows among B's interface memberships (uroce has the kernel join it, which
 # sends the IGMP / MLD report), the sender in A joins and sends 10 datagrams to it. Both must
 # finish, and the group's RoCEv2 datagrams must have crossed the link (tcpdump on B's end).
+# The sender's port may send its datagrams as one UDP GSO super-frame, which crosses a veth
+# whole (docs/af_packet.md): tcpdump would count it once. With UDP segmentation off on A's
+# end, the kernel cuts it into the engine's packets, and B's capture shows each datagram as a
+# physical link would carry it.
+ip netns exec "$nsA" ethtool -K "${tag}va" tx-udp-segmentation off >/dev/null
 mckey_case() {  # NAME GROUP RECEIVER-ADDR SENDER-ADDR
   local name=$1 group=$2 raddr=$3 saddr=$4 fam=-4
   case $group in *:*) fam=-6 ;; esac
