@@ -37,6 +37,7 @@ namespace uroce {
   X(tx_frames, "frames transmitted")                                                    \
   X(tx_loopback, "frames delivered to this device itself (loopback)")                   \
   X(tx_no_buffers, "transmit postponed: frame pool exhausted or port busy")             \
+  X(tx_drop_mtu, "frames longer than the interface's MTU (lowered under the QP): lost")   \
   X(dup_requests, "duplicate requests received (PSN behind ePSN)")                      \
   X(dup_reads_replayed, "duplicate READ requests answered from saved state")            \
   X(dup_atomics_replayed, "duplicate atomics answered without executing again")         \

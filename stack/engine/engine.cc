@@ -123,9 +123,12 @@ void Engine::set_link_up(bool up, bool notify) {
 }
 
 void Engine::set_netdev_mtu(uint32_t bytes) {
+  // The IP packet holds the payload and, at most, an IPv6 header, UDP, the BTH with its
+  // largest extension headers and the ICRC (as the port's frames are sized above).
   ibv_mtu m = frame_mtu_;
-  while (m > IBV_MTU_256 && mtu_bytes(m) > bytes) m = static_cast<ibv_mtu>(m - 1);
+  while (m > IBV_MTU_256 && mtu_bytes(m) + 40 + 8 + 60 + 4 > bytes) m = static_cast<ibv_mtu>(m - 1);
   cfg_.active_mtu = m;
+  wire_frame_max_ = bytes + 14 + (cfg_.vlan_id != 0 ? 4 : 0);
 }
 
 int Engine::query_gid(uint8_t port_num, int index, ibv_gid* gid) const {
@@ -549,6 +552,14 @@ void Engine::tx_frame(Frame* f) {
   if (std::equal(mac_.begin(), mac_.end(), f->data) && is_local_dest(f)) {
     counters_.inc(Counter::tx_loopback);
     if (!loopback_.push(f)) port_.free_frame(f);
+    return;
+  }
+  if (f->len > wire_frame_max_) {
+    // Longer than the interface carries (its MTU was lowered under a QP whose path MTU no
+    // longer fits): lost, as a switch or the kernel's IP layer would lose it, whether or not
+    // the port could have sent it inside a super-frame. The transport retries, then fails.
+    counters_.inc(Counter::tx_drop_mtu);
+    port_.free_frame(f);
     return;
   }
   tx_batch_.push_back(f);

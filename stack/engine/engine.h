@@ -115,8 +115,9 @@ class Engine {
   /// The interface under the port went down or came up (the verbs provider watches it):
   /// query_port reports it, and a change raises IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE.
   void set_link_up(bool up, bool notify = true);
-  /// The interface's MTU (bytes): the port's active MTU becomes the largest IB MTU that fits
-  /// it (and the port's frames), as rxe's does. QPs keep the path MTU they were given.
+  /// The interface's MTU (bytes): the port's active MTU becomes the largest IB MTU whose
+  /// packets fit it (and the port's frames), as rxe's does. QPs keep the path MTU they were
+  /// given; frames longer than the MTU allows are dropped (counter tx_drop_mtu).
   void set_netdev_mtu(uint32_t bytes);
   /// GID table: [0] fe80:: link-local from the MAC, [1] IPv4-mapped (if an IPv4 address is
   /// configured), then the global IPv6 address. All are RoCEv2 GIDs. The table has
@@ -382,6 +383,7 @@ class Engine {
   size_t qp_count_ = 0;                   // live QPs (at most max_qp)
   bool link_up_ = true;
   ibv_mtu frame_mtu_ = IBV_MTU_4096;      // the largest IB MTU the port's frames carry
+  uint32_t wire_frame_max_ = UINT32_MAX;  // the longest frame the interface takes (its MTU)
   size_t next_qpn_slot_ = 0;              // where the search for a free QPN starts
   uint32_t next_handle_ = 1;
 

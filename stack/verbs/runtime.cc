@@ -270,6 +270,16 @@ void park(Runtime* rt, int port_fd, uint64_t max_ns) {
       uint64_t n;
       [[maybe_unused]] const ssize_t r = read(rt->wake_fd, &n, sizeof n);
     }
+    if (port_fd >= 0 && (fds[1].revents & POLLERR)) {
+      // A socket error (a packet socket gets ENETDOWN when its interface goes down) stays
+      // pending, and the socket polls ready with POLLERR, until somebody reads it: the ring
+      // is read without a system call, so nobody would, and every park would return at
+      // once from here on. Reading it is all there is to do: the kernel re-attaches the
+      // socket when the interface comes back up (the link watch reports both).
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(port_fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
     if (st != nullptr) {
       uint64_t* why = (port_fd >= 0 && (fds[1].revents & POLLIN)) ? &st->progress_woke_traffic
                       : (fds[0].revents & POLLIN)                 ? &st->progress_woke_kick

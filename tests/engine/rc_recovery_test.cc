@@ -246,5 +246,59 @@ TEST(RcRecovery, ModifyToErrorFlushesPostedReceives) {
   }
 }
 
+// The interface's MTU lowered under a running QP whose path MTU no longer fits: its long
+// frames are lost at the port as on a wire (counted), short ones still pass, and the QP
+// fails with RETRY_EXC_ERR after its retries instead of sending frames the link cannot carry.
+// The port's active MTU follows, counting the headers (a 4096-byte IB MTU does not fit an
+// interface MTU of 4096).
+TEST(RcRecovery, FramesLongerThanALoweredMtuAreLostThenRetriesRunOut) {
+  Pair p;
+  QpOptions o;
+  o.mtu = IBV_MTU_4096;
+  o.timeout = 8;
+  o.retry_cnt = 2;
+  auto [qa, qb] = p.rc_pair(o, o);
+  std::vector<uint8_t> src(8192, 7), dst(8192, 0);
+  auto* ms = p.a.reg(src, kAll);
+  auto* md = p.b.reg(dst, kAll);
+  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, ms->key};
+  // A short WRITE fits any MTU: it goes through before and after.
+  ibv_send_wr w = write_wr(1, &s, reinterpret_cast<uint64_t>(dst.data()), md->key);
+  p.a.engine->set_netdev_mtu(9000);
+  ibv_port_attr pa;
+  ASSERT_EQ(p.a.engine->query_port(1, &pa), 0);
+  EXPECT_EQ(pa.active_mtu, IBV_MTU_4096);
+  p.a.engine->set_netdev_mtu(4096);
+  ASSERT_EQ(p.a.engine->query_port(1, &pa), 0);
+  EXPECT_EQ(pa.active_mtu, IBV_MTU_2048);
+  p.a.engine->set_netdev_mtu(1500);
+  ASSERT_EQ(p.a.engine->query_port(1, &pa), 0);
+  EXPECT_EQ(pa.active_mtu, IBV_MTU_1024);
+  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+  std::vector<ibv_wc> wc;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& c : drain(p.a)) wc.push_back(c);
+    return wc.size() == 1;
+  }));
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(dst[0], 7);
+  EXPECT_EQ(p.a.engine->counters()[Counter::tx_drop_mtu], 0u);
+  // 8 KiB in two 4096-byte packets: neither fits 1500.
+  s.length = 8192;
+  w.wr_id = 2;
+  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+  wc.clear();
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& c : drain(p.a)) wc.push_back(c);
+    return wc.size() == 1;
+  }));
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(dst[4096], 0);  // nothing of it arrived
+  // 1 + 2 retries, each of both packets (an ACK-requesting retry may send fewer).
+  EXPECT_GE(p.a.engine->counters()[Counter::tx_drop_mtu], 3u);
+  EXPECT_EQ(p.a.engine->counters()[Counter::retransmit_timeouts], 3u);
+}
+
 }  // namespace
 }  // namespace uroce::test

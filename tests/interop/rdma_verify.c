@@ -1,7 +1,11 @@
 /* rdma_verify: an RC data-integrity check between two verbs devices, for interop tests.
  *
- *   server: rdma_verify [-d DEV] [-g GIDX] [-m MTU] [-p PORT] [-s SIZE] [-n ITERS]
- *   client: rdma_verify ... SERVER_IP
+ *   server: rdma_verify [-d DEV] [-g GIDX] [-m MTU] [-p PORT] [-s SIZE] [-n ITERS] [-t TIMEOUT]
+ *   client: rdma_verify ... [-P EVERY] SERVER_IP
+ *
+ * -t sets the QP's local ACK timeout (4.096 us * 2^TIMEOUT, 14 by default; 7 retries either
+ * way); -P makes the client print "rdma_verify: round K" every EVERY rounds, flushed, so that a
+ * test can damage the link while the transfer runs.
  *
  * The two sides exchange QPN, PSN, GID, R_Key and address over TCP, then the client runs
  * ITERS rounds. In round k it:
@@ -127,10 +131,11 @@ static void xfer(int fd, struct peer *mine, struct peer *theirs) {
 int main(int argc, char **argv) {
   const char *devname = NULL;
   int gidx = 1, port = 18600, opt;
-  long iters = 20;
+  long iters = 20, every = 0;
+  int timeout = 14;
   size_t size = 10000;
   enum ibv_mtu mtu = IBV_MTU_1024;
-  while ((opt = getopt(argc, argv, "d:g:m:p:s:n:")) != -1) {
+  while ((opt = getopt(argc, argv, "d:g:m:p:s:n:t:P:")) != -1) {
     switch (opt) {
       case 'd': devname = optarg; break;
       case 'g': gidx = atoi(optarg); break;
@@ -147,11 +152,14 @@ int main(int argc, char **argv) {
       case 'p': port = atoi(optarg); break;
       case 's': size = (size_t)atol(optarg); break;
       case 'n': iters = atol(optarg); break;
-      default: fprintf(stderr, "usage: rdma_verify [-d dev] [-g gid] [-m mtu] [-p port] [-s size] [-n iters] [server]\n"); return 2;
+      case 't': timeout = atoi(optarg); break;
+      case 'P': every = atol(optarg); break;
+      default: fprintf(stderr, "usage: rdma_verify [-d dev] [-g gid] [-m mtu] [-p port] [-s size] [-n iters] [-t timeout] [-P every] [server]\n"); return 2;
     }
   }
   const char *server_ip = optind < argc ? argv[optind] : NULL; /* set: we are the client */
   if (size < 8 || size > (64u << 20)) FAIL("-s must be 8 .. 64 MiB");
+  if (timeout < 1 || timeout > 31) FAIL("-t must be 1 .. 31");
 
   struct ibv_device **list = ibv_get_device_list(NULL);
   struct ibv_device *dev = NULL;
@@ -196,7 +204,7 @@ int main(int argc, char **argv) {
                                       .grh = {.dgid = them.gid, .sgid_index = (uint8_t)gidx, .hop_limit = 64}}};
   if (ibv_modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) FAIL("modify to RTR failed");
-  struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS, .sq_psn = me.psn, .timeout = 14, .retry_cnt = 7,
+  struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS, .sq_psn = me.psn, .timeout = (uint8_t)timeout, .retry_cnt = 7,
                           .rnr_retry = 7, .max_rd_atomic = 4};
   if (ibv_modify_qp(qp, &s, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)) FAIL("modify to RTS failed");
@@ -222,6 +230,7 @@ int main(int argc, char **argv) {
       wait_wc(2, "answer SEND");
       continue;
     }
+    if (every > 0 && k % every == 0) { printf("rdma_verify: round %ld\n", k); fflush(stdout); }
     post_recv(mr, rbuf, 8, 9);
     memset(&wr, 0, sizeof wr);
     wr.sg_list = &sge; wr.num_sge = 1; wr.send_flags = IBV_SEND_SIGNALED;

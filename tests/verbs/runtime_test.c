@@ -38,6 +38,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -638,6 +640,14 @@ static int mode_exit(void) {
 
 /* ---- link ------------------------------------------------------------------------------------ */
 
+/* The process's CPU time (all threads), in seconds. */
+static double cpu_seconds(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 /* The next async event within 30 s (a bound against a hang, not a wait for timing). */
 static enum ibv_event_type next_event(struct ibv_context* c) {
   struct pollfd p = {.fd = c->async_fd, .events = POLLIN};
@@ -679,9 +689,19 @@ static int mode_link(const char* iface) {
   CHECK(ibv_query_port(c1, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE, "not ACTIVE again");
   CHECK(mtu0 > IBV_MTU_512 && pa.active_mtu == IBV_MTU_512,
         "active MTU %d at interface MTU 1000 (was %d)", pa.active_mtu, mtu0);
+  /* Idle again, the provider sleeps until traffic: the packet socket's ENETDOWN error from
+   * the link going down must not leave it polling ready forever (it did: the progress thread
+   * then spun at 100 % of a core for the rest of the program). A window of 500 ms, in which
+   * a spinning thread burns hundreds of ms even on a loaded machine. */
+  const double cpu0 = cpu_seconds();
+  const struct timespec half = {0, 500000000};
+  nanosleep(&half, NULL);
+  const double idle_cpu = cpu_seconds() - cpu0;
+  CHECK(idle_cpu < 0.05, "%.0f ms of CPU in 500 ms idle after the link came back", idle_cpu * 1e3);
   CHECK(ibv_close_device(c2) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: link down and up: PORT_ERR and PORT_ACTIVE to both contexts, port state DOWN "
-         "then ACTIVE, active MTU enum %d -> %d at interface MTU 1000\n", mtu0, IBV_MTU_512);
+         "then ACTIVE, active MTU enum %d -> %d at interface MTU 1000, %.1f ms of CPU in 500 ms "
+         "idle after\n", mtu0, IBV_MTU_512, idle_cpu * 1e3);
   return 0;
 }
 

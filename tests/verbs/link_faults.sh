@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Link faults under load (issue 22): rdma_verify (tests/interop/rdma_verify.c: WRITE, READ
+# back, atomics, SEND with immediate, every byte checked) between two uroce processes in two
+# namespaces while the veth link between them goes down and comes back, or changes its MTU.
+#   - down 2 s, with a retry budget longer than that (local ACK timeout 2^18 * 4.096 us =
+#     1.07 s, 7 retries): the transfer finishes and every byte is right;
+#   - down for good, with a budget of 8 x 2^16 * 4.096 us = 2.15 s: the client's QP fails
+#     with IBV_WC_RETRY_EXC_ERR (status 12) in about that time after the link went down;
+#   - the MTU lowered from 9000 to 1500 while QPs run with path MTU 1024: nothing changes;
+#   - the MTU lowered to 1500 under QPs with path MTU 4096: their packets no longer fit, so
+#     they are lost as on a wire, and the client fails with status 12 as above, not a hang.
+# Usage: link_faults.sh LIBDIR RDMA_VERIFY. Needs root (exit 77 = skipped otherwise).
+set -euo pipefail
+lib=$1 verify=$2
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
+. "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_test
+tag=lf$$
+ns_test "$tag" 10.98.0.1/24 10.98.0.2/24 fd00:98::1/64 fd00:98::2/64
+
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+set_mtu() { ip -n "$nsA" link set "${tag}va" mtu "$1"; ip -n "$nsB" link set "${tag}vb" mtu "$1"; }
+
+# start_pair ROUNDS ARGS...: the server in B, the client in A (printing every 50th round),
+# both in the background; sets server and client.
+start_pair() {
+  local rounds=$1; shift
+  ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
+    timeout 120 "$verify" -d uroce0 -g 1 -n "$rounds" "$@" >"$dir/server.log" 2>&1 &
+  server=$!
+  wait_listen "$nsB" 18600 "$server"
+  ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
+    timeout 120 stdbuf -oL "$verify" -d uroce0 -g 1 -n "$rounds" -P 50 "$@" 10.98.0.2 >"$dir/client.log" 2>&1 &
+  client=$!
+}
+# wait_round K: until the client has printed round K (the transfer runs), or has ended.
+wait_round() {
+  for _ in $(seq 600); do
+    grep -q "round $1\$" "$dir/client.log" 2>/dev/null && return 0
+    kill -0 "$client" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "FAIL: the client never reached round $1"; cat "$dir/client.log" "$dir/server.log"; exit 1
+}
+# alive WHAT: the client still runs now, so the fault happened under its traffic.
+alive() {
+  kill -0 "$client" 2>/dev/null \
+    || { echo "FAIL: the client ended before $1: not a test of it"; cat "$dir/client.log"; exit 1; }
+}
+must_verify() {  # NAME: both ends exit 0, the server having checked every round
+  local rc=0
+  wait "$client" || rc=$?
+  [ $rc -eq 0 ] || { echo "FAIL: $1: client exit $rc"; cat "$dir/client.log"; echo "-- server:"; cat "$dir/server.log"; exit 1; }
+  wait "$server" || { echo "FAIL: $1: server"; cat "$dir/server.log"; exit 1; }
+  grep -q "verified" "$dir/server.log" || { echo "FAIL: $1: server did not verify"; cat "$dir/server.log"; exit 1; }
+}
+# must_fail_in NAME SINCE-MS LOW-MS HIGH-MS: the client fails with status 12 between LOW and
+# HIGH ms after SINCE; the server (whose receive never comes) is then ended.
+must_fail_in() {
+  local rc=0
+  wait "$client" || rc=$?
+  local took=$(( $(ms) - $2 ))
+  kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: $1: client exit $rc"; cat "$dir/client.log"; exit 1; }
+  grep -q "(12)" "$dir/client.log" \
+    || { echo "FAIL: $1: not IBV_WC_RETRY_EXC_ERR"; cat "$dir/client.log"; exit 1; }
+  [ "$took" -ge "$3" ] && [ "$took" -le "$4" ] \
+    || { echo "FAIL: $1: the client failed ${took} ms after the fault, expected $3..$4 ms"; cat "$dir/client.log"; exit 1; }
+  echo "ok: $1: status 12 after ${took} ms ($(grep -o '[A-Z ]*: completion status.*' "$dir/client.log" | head -1))"
+}
+
+# 1. Down for 2 s mid-transfer, a retry budget of 8.6 s: nothing is lost.
+start_pair 20000 -s 20000 -m 1024 -t 18
+wait_round 100
+ip -n "$nsA" link set "${tag}va" down
+sleep 2
+ip -n "$nsA" link set "${tag}va" up
+alive "the link came back"
+must_verify "link down 2 s"
+echo "ok: link down for 2 s mid-transfer: $(tail -1 "$dir/client.log")"
+
+# 2. Down for good: retries run out 8 x 1.07 ms * 2^8 ~ 2.15 s after the first lost packet.
+start_pair 100000 -s 20000 -m 1024 -t 16
+wait_round 100
+ip -n "$nsA" link set "${tag}va" down
+since=$(ms)
+must_fail_in "link down for good" "$since" 1900 5000
+ip -n "$nsA" link set "${tag}va" up
+
+# 3. The MTU shrinks under QPs that fit: nothing changes.
+set_mtu 9000
+start_pair 20000 -s 20000 -m 1024 -t 18
+wait_round 100
+set_mtu 1500
+alive "the MTU changed"
+must_verify "MTU 9000 -> 1500 under path MTU 1024"
+echo "ok: MTU 9000 -> 1500 mid-transfer under path MTU 1024: $(tail -1 "$dir/client.log")"
+
+# 4. The MTU shrinks under QPs whose packets no longer fit: lost, then status 12.
+set_mtu 9000
+start_pair 100000 -s 20000 -m 4096 -t 16
+wait_round 100
+set_mtu 1500
+since=$(ms)
+must_fail_in "MTU 9000 -> 1500 under path MTU 4096" "$since" 1900 5000
