@@ -74,6 +74,9 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
   } else if (key == "gso") {
     if (value != "yes" && value != "no") return "gso '" + value + "' must be yes or no";
     dev->gso = value == "yes";
+  } else if (key == "batch") {
+    if (value != "yes" && value != "no") return "batch '" + value + "' must be yes or no";
+    dev->batch = value == "yes";
   } else if (key == "exclusive") {
     if (value != "yes" && value != "no") return "exclusive '" + value + "' must be yes or no";
     dev->exclusive = value == "yes";
@@ -90,7 +93,7 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
   } else {
     return "unknown setting '" + key +
            "' (known: iface, devargs, port, gso, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
-           "progress, progress_cpu)";
+           "progress, progress_cpu, batch)";
   }
   return "";
 }
@@ -230,6 +233,7 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
                                          {"UROCE_EXCLUSIVE", "exclusive"},
                                          {"UROCE_PORT", "port"},
                                          {"UROCE_GSO", "gso"},
+                                         {"UROCE_BATCH", "batch"},
                                          {"UROCE_PROGRESS", "progress"},
                                          {"UROCE_PROGRESS_CPU", "progress_cpu"}};
   for (const auto& [var, key] : kVars) {

@@ -19,13 +19,15 @@
 //   fault   = loss=0.01,reorder=0.05,window=4,seed=7   # damage traffic on purpose (tests)
 //   exclusive = yes               # only this process uses the interface: faster transmit,
 //                                 # but other uroce processes on it no longer see our frames
+//   batch   = no                  # send every post at once (default yes: posts that follow
+//                                 # each other closely leave together with the next pass)
 //
 // fault keys: loss, duplicate, corrupt, reorder (probabilities 0..1), window (reorder
 // distance, default 4 when reorder is set), delay_us, jitter_us, seed, side=tx|rx|both
 // (default tx). See drivers/fault/fault_injector.h for what each does.
 //
 // Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
-// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT, UROCE_GSO override the first device's settings (and create "uroce0" when there is no file).
+// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT, UROCE_GSO, UROCE_BATCH override the first device's settings (and create "uroce0" when there is no file).
 // Every problem is reported as one line naming the setting, its source and the fix.
 #pragma once
 
@@ -78,6 +80,10 @@ struct DeviceConfig {
   // machine). progress_cpu pins it (and only it) to that CPU; -1: left alone.
   bool progress_poll = false;
   int progress_cpu = -1;
+  // Doorbell batching: a post right after another is sent with the next pass (the
+  // application's next poll or post, or the progress thread within 50 us), so a posting
+  // loop's packets leave together. `no`: every post is sent at once (docs/threading.md).
+  bool batch = true;
 };
 
 struct Config {

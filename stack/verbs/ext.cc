@@ -289,7 +289,7 @@ int wr_complete(ibv_qp_ex* q) {
     app_posted(rt);
     const ibv_send_wr* bad = nullptr;
     rc = rt->engine->post_send(to_qp(&q->qp_base), &b->entries[0].wr, &bad, true);
-    if (rc == 0) rt->drive(true);  // send now, as ibv_post_send does
+    if (rc == 0) send_posted(rt);  // as ibv_post_send does
   }
   b->n = 0;
   b->err = 0;

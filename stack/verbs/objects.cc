@@ -69,6 +69,33 @@ struct UChannel {
   int wfd;  // write end of the pipe whose read end is ibv.fd (non-blocking)
   int cqs;  // CQs using it (under the owning context's obj_mu)
 };
+
+void send_posted(Runtime* rt) {
+  const uint64_t now = now_ns();
+  // A posting loop (the previous post returned moments ago): leave this one to the next pass,
+  // which sends everything posted since in one go. The first post after a pause (a latency
+  // test's every post) is sent at once.
+  if (rt->batch && now - rt->last_post_end.load(std::memory_order_relaxed) < kBatchGapNs &&
+      rt->batched.fetch_add(1) + 1 < kBatchMax) {
+    rt->pending.store(true);
+    rt->last_batched.store(now, std::memory_order_relaxed);
+    // Somebody must drive soon even if this application never calls in again: a parked
+    // progress thread is woken (once per park); a napping one whose nap ends later than
+    // kBatchFlushNs is kicked out of it (it naps that long at most while posts wait). A nap
+    // whose end is not published yet (`nap_until` in the past) counts as a long one.
+    if (rt->parked.load()) {
+      rt->wake_if_needed(now);
+    } else if (rt->napping.load()) {
+      const uint64_t until = rt->nap_until.load();
+      if ((until < now || until > now + kBatchFlushNs) && rt->napping.exchange(false)) rt->kick();
+    }
+    rt->last_post_end.store(now, std::memory_order_relaxed);
+    return;
+  }
+  rt->drive(true);  // send now, or leave it to the thread running the engine
+  rt->last_post_end.store(now_ns(), std::memory_order_relaxed);
+}
+
 }  // namespace uroce::verbs
 
 using namespace uroce;
@@ -147,6 +174,8 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
   rt->last_app_poll.store(now, std::memory_order_relaxed);
+  // Posts batched by a posting loop leave now: the application polls for their completions.
+  if (rt->batched.load(std::memory_order_relaxed) != 0) rt->drive(false);
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
   if (got != 0 || n <= 0) return after_poll(rt, got, now);
@@ -175,7 +204,7 @@ int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   const ibv_send_wr* b = nullptr;
   const int rc = rt->engine->post_send(to_qp(qp), wr, &b);  // the WRs and the doorbell
   if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_send_wr*>(b);
-  rt->drive(true);  // send now, or leave it to the thread running the engine
+  send_posted(rt);  // WRs ahead of a bad one were posted
   return rc;
 }
 

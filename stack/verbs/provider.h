@@ -75,6 +75,15 @@ struct Runtime {
   std::thread progress;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last posted or polled
+  // Doorbell batching (docs/threading.md): a post that comes less than kBatchGapNs after the
+  // previous one returned is left for whoever drives the engine next (the application's
+  // next poll or non-batched post, or the progress thread within kBatchFlushNs), so that a
+  // posting loop's packets leave together, as sendmmsg batches and GSO super-frames.
+  bool batch = true;                       // DeviceConfig::batch
+  std::atomic<uint64_t> last_post_end{0};  // when the last post to this device returned
+  std::atomic<uint32_t> batched{0};        // posts left to the next pass (reset by each pass)
+  std::atomic<uint64_t> nap_until{0};      // when the progress thread's current nap ends
+  std::atomic<uint64_t> last_batched{0};   // when a post was last batched
   // How soon the application polls or posts again after a poll that returned completions (a
   // moving average, ns), and when that last happened (0: measured already). An application
   // that stays away (it spins on memory, or sleeps) hands the receiving over to the progress
@@ -137,12 +146,20 @@ struct Runtime {
   uint64_t deadline_locked() const;
 };
 
-/// The engine lock for a control verb (ibv_modify_qp, ibv_create_*, ...): released, it wakes
-/// the progress thread if the verb left the engine something to do soon (a flush, an ARP
-/// retry, a timer).
+/// The engine lock for a control verb (ibv_modify_qp, ibv_create_*, ...): taken, it first
+/// sends posts that were batched (the verb sees the device as if each post had been sent at
+/// once: ibv_resize_cq counts their completions); released, it wakes the progress thread if
+/// the verb left the engine something to do soon (a flush, an ARP retry, a timer).
 class EngineLock {
  public:
-  explicit EngineLock(Runtime* rt) : rt_(rt) { rt_->emu.lock(); }
+  explicit EngineLock(Runtime* rt) : rt_(rt) {
+    rt_->emu.lock();
+    if (rt_->batched.load(std::memory_order_relaxed) != 0) {
+      rt_->pending.store(false);
+      rt_->batched.store(0, std::memory_order_relaxed);
+      rt_->pass_locked();
+    }
+  }
   ~EngineLock() {
     const bool check = rt_->parked.load();
     const uint64_t d = check ? rt_->deadline_locked() : 0;
@@ -212,6 +229,13 @@ inline constexpr uint64_t kAppActiveNs = 1'000'000;
 /// (on average) is taken to wait elsewhere meanwhile (spinning on memory, sleeping): its
 /// completions hand the receiving over to the progress thread at once.
 inline constexpr uint64_t kAppAwayNs = 20'000;
+/// Doorbell batching: a post less than this after the previous post returned is batched...
+inline constexpr uint64_t kBatchGapNs = 5'000;
+/// ... unless this many are waiting already (a GSO super-frame's worth of packets) ...
+inline constexpr uint32_t kBatchMax = 64;
+/// ... and the progress thread sends what waits within this, if the application neither
+/// polls nor posts again (it spins on memory, say).
+inline constexpr uint64_t kBatchFlushNs = 50'000;
 
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();
@@ -238,6 +262,9 @@ ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a
 /// last completions (app_back), and that it is active (app_posted, for posts).
 void app_back(Runtime* rt, uint64_t now);
 void app_posted(Runtime* rt);
+/// After a post to the send queue (ibv_post_send, ibv_wr_complete): sends now, or, when
+/// this post follows the previous one closely, leaves it to the next pass (doorbell batching).
+void send_posted(Runtime* rt);
 /// ibv_alloc_mw / ibv_dealloc_mw (objects.cc).
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);

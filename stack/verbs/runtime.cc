@@ -329,9 +329,21 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
       // Out of its way, and back soon after it stops (then to wait for traffic): a poll that
       // returns completions hands over at once when this application tends to stay away
       // after them (see op_poll_cq).
+      // Posts the application batched (send_posted) wait for a pass: nap kBatchFlushNs at
+      // most while there are some, or were within the last millisecond (a posting loop's
+      // next burst then needs no kick). `napping` is published before `batched` is read,
+      // and a poster bumps `batched` before it reads `napping`: one sees the other.
+      rt->nap_until.store(now + app_nap);
       rt->napping.store(true);
+      uint64_t nap = app_nap;
+      const bool batching = rt->batched.load() != 0 ||
+                            now - rt->last_batched.load(std::memory_order_relaxed) < kAppActiveNs;
+      if (batching && nap > kBatchFlushNs) {
+        nap = kBatchFlushNs;
+        rt->nap_until.store(now + nap);
+      }
       pollfd p{rt->wake_fd, POLLIN, 0};
-      const timespec ts{0, static_cast<long>(app_nap)};
+      const timespec ts{0, static_cast<long>(nap)};
       if (ppoll(&p, 1, &ts, nullptr) > 0) {
         uint64_t n;
         [[maybe_unused]] const ssize_t r = read(rt->wake_fd, &n, sizeof n);
@@ -594,6 +606,7 @@ Runtime* open_runtime(Device* d) {
   }
   rt->stats_name = stats_shm_name(getpid(), dc.name);
   rt->stats = open_stats(rt->stats_name, dc.name);
+  rt->batch = dc.batch;
   Runtime* r = rt.release();
   r->progress = std::thread(progress_loop, r, dc.progress_poll, dc.progress_cpu);
   return r;
@@ -669,6 +682,7 @@ bool Runtime::drive(bool posted, size_t* work) {
     // posted while it ran is never stranded.
     if (!emu.try_lock()) return ran;
     pending.store(false);
+    batched.store(0, std::memory_order_relaxed);  // this pass sends what was batched
     const size_t w = pass_locked();
     if (work != nullptr) *work += w;
     // The progress thread parked: does it wake in time for what the engine has now?

@@ -23,7 +23,7 @@ TEST(Config, ParsesDevicesAndComments) {
   ASSERT_TRUE(parse("# three devices\n[uroce0]\niface = veth0   # the link\nipv4=10.0.0.1\n"
                     "mtu = 1024\n\n[rxe-like_1]\ndevargs = net_tap0,iface=t0\nipv6 = fd00::1\n"
                     "vlan = 7\npcap = /tmp/x.pcap\nexclusive = yes\nprogress = poll\n"
-                    "progress_cpu = 1\n[xdp]\niface = veth1\nport = af_xdp\ngso = no\n",
+                    "progress_cpu = 1\n[xdp]\niface = veth1\nport = af_xdp\ngso = no\nbatch = no\n",
                     "test.conf", &c, &err))
       << err;
   ASSERT_EQ(c.devices.size(), 3u);
@@ -32,6 +32,8 @@ TEST(Config, ParsesDevicesAndComments) {
   EXPECT_FALSE(c.devices[2].gso);
   EXPECT_EQ(c.devices[0].port, Kind::kPacket);  // default: uroce's own packet socket
   EXPECT_TRUE(c.devices[0].gso);
+  EXPECT_FALSE(c.devices[2].batch);
+  EXPECT_TRUE(c.devices[0].batch);  // default: posts in a loop leave together
   EXPECT_EQ(c.devices[0].name, "uroce0");
   EXPECT_EQ(c.devices[0].iface, "veth0");
   EXPECT_EQ(wire::to_string(*c.devices[0].ipv4), "10.0.0.1");
@@ -74,6 +76,7 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface=v0\nport=xdp\n", "t.conf:3: port 'xdp' must be af_packet"},
       {"[uroce0]\ndevargs=net_tap0\nport=af_xdp\n", "t.conf: device [uroce0] has port = af_xdp, which takes iface"},
       {"[uroce0]\niface=v0\nprogress=spin\n", "t.conf:3: progress 'spin' must be park"},
+      {"[uroce0]\niface=v0\nbatch=maybe\n", "t.conf:3: batch 'maybe' must be yes or no"},
       {"[uroce0]\niface=v0\nprogress_cpu=x\n", "t.conf:3: progress_cpu 'x' must be a CPU"},
       {"[uroce0]\niface=v0\nprogress_cpu=-2\n", "t.conf:3: progress_cpu '-2' must be a CPU"},
   };

@@ -24,6 +24,8 @@
  *              them all
  *   link IFACE the interface goes down and comes back with another MTU: PORT_ERR and
  *              PORT_ACTIVE on every context, ibv_query_port's state and active MTU follow
+ *   batch UROCE  WRITEs posted back to back leave as one super-frame (doorbell batching),
+ *              and leave although the program then only spins on the target memory
  *   passive UROCE  a device no application thread ever drives (uroce1) takes WRITEs: its
  *              progress thread, asleep in the kernel (parked, as `uroce stats` shows), is
  *              woken by each frame and acknowledges it (UROCE: the uroce tool)
@@ -226,8 +228,9 @@ static int mode_devices(void) {
   return 0;
 }
 
-/* A counter of this process's device `dev` as `uroce stats PID` prints it ("  name  value"). */
-static long long stat_of(const char* uroce, const char* dev, const char* name) {
+/* A counter of this process's device `dev` as `uroce stats PID` prints it ("  name  value"),
+ * or `absent` if it is not printed (the port's counters are shown only once they count). */
+static long long stat_or(const char* uroce, const char* dev, const char* name, long long absent) {
   char cmd[512], line[512], want[96];
   snprintf(cmd, sizeof cmd, "%s stats %d", uroce, (int)getpid());
   snprintf(want, sizeof want, "device %s", dev);
@@ -242,6 +245,11 @@ static long long stat_of(const char* uroce, const char* dev, const char* name) {
     if (in_dev && sscanf(line, " %63s %lld", key, &x) == 2 && !strcmp(key, name)) v = x;
   }
   pclose(p);
+  return v >= 0 ? v : absent;
+}
+
+static long long stat_of(const char* uroce, const char* dev, const char* name) {
+  const long long v = stat_or(uroce, dev, name, -1);
   CHECK(v >= 0, "%s of %s not in `uroce stats`", name, dev);
   return v;
 }
@@ -279,6 +287,66 @@ static int mode_passive(const char* uroce) {
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: a device no thread of the program drives took %d WRITEs, its parked progress "
          "thread woken by the frame in %d\n", kPassiveRounds, by_traffic);
+  return 0;
+}
+
+/* Doorbell batching (docs/threading.md): WRITEs posted back to back leave together (the
+ * port sends them as a UDP GSO super-frame, `port_tx_super` grows), and without any further
+ * call into the library: the program spins on the target memory, as a program waiting for
+ * the last WRITE of a burst would, and the progress thread must send what was batched. */
+enum { kBatchWrites = 32, kBatchRounds = 20 };
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int mode_batch(const char* uroce) {
+  struct ibv_context *c0, *c1;
+  struct ep a, b;
+  open_two(&c0, &c1, &a, &b);
+  int looks0 = 0;  /* the first publication (after the connection's frames) */
+  while (stat_or(uroce, "uroce0", "tx_frames", 0) == 0) CHECK(++looks0 < 5000, "no counters");
+  const long long super0 = stat_or(uroce, "uroce0", "port_tx_super", 0);
+  const long long tx0 = stat_of(uroce, "uroce0", "tx_frames");
+  double worst = 0;
+  for (int r = 1; r <= kBatchRounds; ++r) {
+    const int len = MSG / kBatchWrites;
+    for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 31 + i);
+    const double start = now_s();
+    for (int k = 0; k < kBatchWrites; ++k) {
+      struct ibv_sge s = {(uintptr_t)(a.buf + k * len), (uint32_t)len, a.mr->lkey};
+      struct ibv_send_wr w = {.wr_id = (uint64_t)k, .sg_list = &s, .num_sge = 1,
+                              .opcode = IBV_WR_RDMA_WRITE,
+                              .send_flags = k == kBatchWrites - 1 ? IBV_SEND_SIGNALED : 0}, *bad;
+      w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG + k * len);
+      w.wr.rdma.rkey = b.mr->rkey;
+      CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE %d", k);
+    }
+    /* RC WRITEs land in order: the last byte of the last one means all of them. */
+    volatile uint8_t* last = b.buf + 2 * MSG - 1;
+    while (*last != a.buf[MSG - 1])
+      CHECK(now_s() - start < 5.0, "round %d: the batched WRITEs never left (no call into the "
+            "library after the posts)", r);
+    const double took = now_s() - start;
+    if (took > worst) worst = took;
+    CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
+    wait_one(&a);
+  }
+  /* The counters are published every 100 ms: wait for a publication that has every WRITE. */
+  int looks = 0;
+  while (stat_of(uroce, "uroce0", "tx_frames") < tx0 + kBatchRounds * kBatchWrites)
+    CHECK(++looks < 5000, "tx_frames never counted the WRITEs");
+  const long long supers = stat_or(uroce, "uroce0", "port_tx_super", 0) - super0;
+  CHECK(supers >= kBatchRounds / 2, "%lld super-frames for %d bursts of %d WRITEs: posts were "
+        "not batched", supers, kBatchRounds, kBatchWrites);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: %d bursts of %d WRITEs posted back to back: %lld super-frames, each burst landed "
+         "without another verbs call (slowest %.0f us)\n", kBatchRounds, kBatchWrites, supers,
+         worst * 1e6);
   return 0;
 }
 
@@ -806,8 +874,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "mcast") && argc > 2) return mode_mcast(argv[2]);
   if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
+  if (!strcmp(m, "batch") && argc > 2) return mode_batch(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
-          "cqevents|mcast IFACE|link IFACE|passive UROCE\n",
+          "cqevents|mcast IFACE|link IFACE|passive UROCE|batch UROCE\n",
           argv[0]);
   return 2;
 }
