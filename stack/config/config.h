@@ -81,8 +81,8 @@ struct DeviceConfig {
   bool progress_poll = false;
   int progress_cpu = -1;
   // Doorbell batching: a post right after another is sent with the next pass (the
-  // application's next poll or post, or the progress thread within 50 us), so a posting
-  // loop's packets leave together. `no`: every post is sent at once (docs/threading.md).
+  // application's next poll or post, else the progress thread's), so a posting loop's
+  // packets leave together. `no`: every post is sent at once (docs/threading.md).
   bool batch = true;
 };
 

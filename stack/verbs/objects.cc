@@ -75,17 +75,23 @@ void send_posted(Runtime* rt) {
   // A posting loop (the previous post returned moments ago): leave this one to the next pass,
   // which sends everything posted since in one go. The first post after a pause (a latency
   // test's every post) is sent at once.
+  uint32_t waiting = 0;
   if (rt->batch && now - rt->last_post_end.load(std::memory_order_relaxed) < kBatchGapNs &&
-      rt->batched.fetch_add(1) + 1 < kBatchMax) {
+      (waiting = rt->batched.fetch_add(1)) + 1 < kBatchMax) {
+    if (waiting == 0) rt->first_batched.store(now, std::memory_order_relaxed);
     rt->pending.store(true);
-    rt->last_batched.store(now, std::memory_order_relaxed);
-    // Somebody must drive soon even if this application never calls in again: a parked
-    // progress thread is woken (once per park); a napping one whose nap ends later than
-    // kBatchFlushNs is kicked out of it (it naps that long at most while posts wait). A nap
-    // whose end is not published yet (`nap_until` in the past) counts as a long one.
+    // Who sends it: the application's next poll or post, as a posting loop's comes soon.
+    // Nobody must wait long for one that does not come back (it spins on memory for the
+    // burst's answer, say): a parked progress thread is woken (once per park), and once the
+    // progress thread had to send posts the application left waiting (last_rescue, in
+    // drive()), a napping one whose nap ends later than kBatchFlushNs is kicked out of it
+    // (it naps that long at most while posts wait). A nap whose end is not published yet
+    // (`nap_until` in the past) counts as a long one. Before such a rescue, the longest wait
+    // is a nap (kMaxAppNapNs).
     if (rt->parked.load()) {
       rt->wake_if_needed(now);
-    } else if (rt->napping.load()) {
+    } else if (now - rt->last_rescue.load(std::memory_order_relaxed) < kRescueMemoryNs &&
+               rt->napping.load()) {
       const uint64_t until = rt->nap_until.load();
       if ((until < now || until > now + kBatchFlushNs) && rt->napping.exchange(false)) rt->kick();
     }
@@ -174,6 +180,7 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
   rt->last_app_poll.store(now, std::memory_order_relaxed);
+  rt->last_cq_poll.store(now, std::memory_order_relaxed);
   // Posts batched by a posting loop leave now: the application polls for their completions.
   if (rt->batched.load(std::memory_order_relaxed) != 0) rt->drive(false);
   // What is already in the CQ first, without touching the engine.

@@ -77,13 +77,16 @@ struct Runtime {
   std::atomic<uint64_t> last_app_poll{0};  // when an application thread last posted or polled
   // Doorbell batching (docs/threading.md): a post that comes less than kBatchGapNs after the
   // previous one returned is left for whoever drives the engine next (the application's
-  // next poll or non-batched post, or the progress thread within kBatchFlushNs), so that a
+  // next poll, non-batched post or control verb, else the progress thread), so that a
   // posting loop's packets leave together, as sendmmsg batches and GSO super-frames.
   bool batch = true;                       // DeviceConfig::batch
   std::atomic<uint64_t> last_post_end{0};  // when the last post to this device returned
   std::atomic<uint32_t> batched{0};        // posts left to the next pass (reset by each pass)
   std::atomic<uint64_t> nap_until{0};      // when the progress thread's current nap ends
-  std::atomic<uint64_t> last_batched{0};   // when a post was last batched
+  std::atomic<uint64_t> first_batched{0};  // when the oldest post still batched was made
+  std::atomic<uint64_t> last_cq_poll{0};   // when an application thread last polled a CQ
+  std::atomic<uint64_t> last_rescue{0};    // when the progress thread last sent batched posts
+                                           // that had waited over kAppAwayNs
   // How soon the application polls or posts again after a poll that returned completions (a
   // moving average, ns), and when that last happened (0: measured already). An application
   // that stays away (it spins on memory, or sleeps) hands the receiving over to the progress
@@ -234,8 +237,11 @@ inline constexpr uint64_t kBatchGapNs = 5'000;
 /// ... unless this many are waiting already (a GSO super-frame's worth of packets) ...
 inline constexpr uint32_t kBatchMax = 64;
 /// ... and the progress thread sends what waits within this, if the application neither
-/// polls nor posts again (it spins on memory, say).
+/// polls nor posts again (it spins on memory, say) ...
 inline constexpr uint64_t kBatchFlushNs = 50'000;
+/// ... once it had to do so within this long (before that, the application's own next
+/// poll or post is relied on, and the progress thread's nap bounds the wait).
+inline constexpr uint64_t kRescueMemoryNs = 10'000'000;
 
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();

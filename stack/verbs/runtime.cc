@@ -336,8 +336,7 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
       rt->nap_until.store(now + app_nap);
       rt->napping.store(true);
       uint64_t nap = app_nap;
-      const bool batching = rt->batched.load() != 0 ||
-                            now - rt->last_batched.load(std::memory_order_relaxed) < kAppActiveNs;
+      const bool batching = rt->batched.load() != 0;
       if (batching && nap > kBatchFlushNs) {
         nap = kBatchFlushNs;
         rt->nap_until.store(now + nap);
@@ -682,7 +681,15 @@ bool Runtime::drive(bool posted, size_t* work) {
     // posted while it ran is never stranded.
     if (!emu.try_lock()) return ran;
     pending.store(false);
-    batched.store(0, std::memory_order_relaxed);  // this pass sends what was batched
+    // This pass sends what was batched. The progress thread sending posts that waited
+    // longer than kAppAwayNs while the application did not poll rescues an application that
+    // does not come back after posting: from now on its batches get the progress thread's
+    // kBatchFlushNs bound (send_posted).
+    if (batched.exchange(0, std::memory_order_relaxed) != 0 && t_progress_thread) {
+      const uint64_t now = now_ns(), first = first_batched.load(std::memory_order_relaxed);
+      if (now - first > kAppAwayNs && last_cq_poll.load(std::memory_order_relaxed) < first)
+        last_rescue.store(now, std::memory_order_relaxed);
+    }
     const size_t w = pass_locked();
     if (work != nullptr) *work += w;
     // The progress thread parked: does it wake in time for what the engine has now?

@@ -9,9 +9,9 @@
 #   - the MTU lowered from 9000 to 1500 while QPs run with path MTU 1024: nothing changes;
 #   - the MTU lowered to 1500 under QPs with path MTU 4096: their packets no longer fit, so
 #     they are lost as on a wire, and the client fails with status 12 as above, not a hang.
-# Usage: link_faults.sh LIBDIR RDMA_VERIFY. Needs root (exit 77 = skipped otherwise).
+# Usage: link_faults.sh LIBDIR RDMA_VERIFY UROCE. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
-lib=$1 verify=$2
+lib=$1 verify=$2 uroce=$3
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 . "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_test
 tag=lf$$
@@ -57,6 +57,26 @@ must_verify() {  # NAME: both ends exit 0, the server having checked every round
 # HIGH ms after SINCE; the server (whose receive never comes) is then ended.
 must_fail_in() {
   local rc=0
+  # A client still running 20 s after the fault (8 x 268 ms of retries) hangs: say where
+  # (its counters, and each thread's stack) before it is ended.
+  for _ in $(seq 200); do kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$client" 2>/dev/null; then
+    local p
+    p=$(ip netns pids "$nsA" | while read -r q; do
+          grep -q rdma_verify "/proc/$q/comm" 2>/dev/null && echo "$q"; done | head -1)
+    echo "FAIL: $1: the client still runs 20 s after the fault; its state:"
+    tail -3 "$dir/client.log"
+    if [ -n "$p" ]; then
+      "$uroce" stats "$p" 2>&1 | grep -vE ' 0  ' | head -80
+      for t in /proc/"$p"/task/*; do
+        echo "thread $(cat "$t/comm") state $(awk '{print $3}' "$t/stat") wchan $(cat "$t/wchan")"
+      done
+      if command -v gdb >/dev/null; then
+        gdb -p "$p" -batch -ex "thread apply all bt 12" 2>/dev/null | grep -E '^#|^Thread'
+      fi
+    fi
+    exit 1
+  fi
   wait "$client" || rc=$?
   local took=$(( $(ms) - $2 ))
   kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true

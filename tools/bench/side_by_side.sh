@@ -3,7 +3,7 @@
 # joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B) and qperf (tcp_lat,
 # udp_lat) over the kernel, then unmodified perftest over uroce (uroce's own af_packet port,
 # with UDP GSO super-frames, on the same veth; then DPDK's net_af_packet and the port without
-# GSO for comparison), the latency tests again with the progress thread spinning (progress = poll),
+# GSO or without doorbell batching for comparison), the latency tests again with the progress thread spinning (progress = poll),
 # perftest again on uroce's own AF_XDP port (port = af_xdp) on the same veth,
 # the CPU of an idle process and of one blocked in ibv_get_cq_event, and 10,000 RC QPs in one
 # process (tools/bench/qp_scale.c). The middleware, both ways on the same link: UCX's
@@ -212,7 +212,7 @@ row kernel "iperf3 UDP 8000 B" MB/s - iperf udp_MBps -u -b 0 -l 8000
 row kernel "qperf tcp_lat 8 B" us - qperf_lat tcp_lat
 row kernel "qperf udp_lat 8 B" us - qperf_lat udp_lat
 mpps_to_msgs() { awk '{printf "%d %s %s\n", $1 * 1e6, $2, $3}'; }
-bw64() { perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+bw64() { perftest 5 ib_write_bw -d uroce0 -x 1 -n 1000000 -s 64 | mpps_to_msgs; }
 row uroce "ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" bw64
 row uroce "ib_write_bw 4 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -n 20000 -s 4096
 row uroce "ib_write_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
@@ -232,6 +232,9 @@ row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_re
 # packet socket without UDP GSO (gso = no), one packet per write.
 dpdk() { export UROCE_PORT=dpdk; "$@"; unset UROCE_PORT; }
 nogso() { export UROCE_GSO=no; "$@"; unset UROCE_GSO; }
+nobatch() { export UROCE_BATCH=no; "$@"; unset UROCE_BATCH; }  # a pass per post
+nbbw64() { nobatch perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+row dpdk "no-batch ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" nbbw64
 dbw64() { dpdk perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
 row dpdk "dpdk ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" dbw64
 row dpdk "dpdk ib_write_bw 64 KiB" MB/s "iperf3 TCP" dpdk perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
@@ -274,7 +277,7 @@ if command -v gnuplot >/dev/null; then
 set terminal pngcairo size 1700,740 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, or gso = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
