@@ -233,7 +233,7 @@ inline constexpr uint64_t kAppActiveNs = 1'000'000;
 /// completions hand the receiving over to the progress thread at once.
 inline constexpr uint64_t kAppAwayNs = 20'000;
 /// Doorbell batching: a post less than this after the previous post returned is batched...
-inline constexpr uint64_t kBatchGapNs = 5'000;
+inline constexpr uint64_t kBatchGapNs = 1'000;
 /// ... unless this many are waiting already (a GSO super-frame's worth of packets) ...
 inline constexpr uint32_t kBatchMax = 64;
 /// ... and the progress thread sends what waits within this, if the application neither
