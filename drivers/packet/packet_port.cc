@@ -406,7 +406,16 @@ void PacketPort::receive_queued() {
   h.msg_iovlen = 3;
   h.msg_control = ctl;
   h.msg_controllen = sizeof ctl;
-  const ssize_t got = recvmsg(fd_, &h, MSG_DONTWAIT);
+  ssize_t got = recvmsg(fd_, &h, MSG_DONTWAIT);
+  if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    // A pending socket error (ENETDOWN, left by the interface going down) is reported, and
+    // cleared, before the queue is looked at: read again, or this slot's frame would stay
+    // queued and every later slot would read the one before it, a frame behind for good (a
+    // transfer whose last super-frame waits there stalls until a retransmission pushes it).
+    h.msg_controllen = sizeof ctl;
+    h.msg_flags = 0;
+    got = recvmsg(fd_, &h, MSG_DONTWAIT);
+  }
   if (f == nullptr) {
     if (got > 0) ++rx_no_frame_;
     return;

@@ -4,8 +4,9 @@
 # namespaces while the veth link between them goes down and comes back, or changes its MTU.
 #   - down 2 s, with a retry budget longer than that (local ACK timeout 2^18 * 4.096 us =
 #     1.07 s, 7 retries): the transfer finishes and every byte is right;
-#   - down for good, with a budget of 8 x 2^16 * 4.096 us = 2.15 s: the client's QP fails
-#     with IBV_WC_RETRY_EXC_ERR (status 12) in about that time after the link went down;
+#   - down for good, with a budget of 8 x 2^16 * 4.096 us = 2.15 s: the QP with a request
+#     outstanding (the client's, or the server's answer) fails with IBV_WC_RETRY_EXC_ERR
+#     (status 12) in about that time after the link went down;
 #   - the MTU lowered from 9000 to 1500 while QPs run with path MTU 1024: nothing changes;
 #   - the MTU lowered to 1500 under QPs with path MTU 4096: their packets no longer fit, so
 #     they are lost as on a wire, and the client fails with status 12 as above, not a hang.
@@ -53,18 +54,25 @@ must_verify() {  # NAME: both ends exit 0, the server having checked every round
   wait "$server" || { echo "FAIL: $1: server"; cat "$dir/server.log"; exit 1; }
   grep -q "verified" "$dir/server.log" || { echo "FAIL: $1: server did not verify"; cat "$dir/server.log"; exit 1; }
 }
-# must_fail_in NAME SINCE-MS LOW-MS HIGH-MS: the client fails with status 12 between LOW and
-# HIGH ms after SINCE; the server (whose receive never comes) is then ended.
+# must_fail_in NAME SINCE-MS LOW-MS HIGH-MS: the side with a request outstanding when the
+# fault came fails with status 12 between LOW and HIGH ms after SINCE. That is the client,
+# unless the fault caught it waiting only for the server's answer SEND: then the server's
+# answer is the request that runs out of retries, and the client, whose receive has no
+# timeout in RC (as on any RNIC), waits until it is ended here.
 must_fail_in() {
-  local rc=0
-  # A client still running 20 s after the fault (8 x 268 ms of retries) hangs: say where
-  # (its counters, and each thread's stack) before it is ended.
-  for _ in $(seq 200); do kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$client" 2>/dev/null; then
+  local who="" took=0
+  for _ in $(seq 200); do
+    if ! kill -0 "$client" 2>/dev/null; then who=client; break; fi
+    if ! kill -0 "$server" 2>/dev/null; then who=server; break; fi
+    sleep 0.1
+  done
+  took=$(( $(ms) - $2 ))
+  if [ -z "$who" ]; then
+    # Neither ended 20 s after the fault (8 x 268 ms of retries): say where the client is.
     local p
     p=$(ip netns pids "$nsA" | while read -r q; do
           grep -q rdma_verify "/proc/$q/comm" 2>/dev/null && echo "$q"; done | head -1)
-    echo "FAIL: $1: the client still runs 20 s after the fault; its state:"
+    echo "FAIL: $1: neither side failed in 20 s after the fault; the client's state:"
     tail -3 "$dir/client.log"
     if [ -n "$p" ]; then
       "$uroce" stats "$p" 2>&1 | grep -vE ' 0  ' | head -80
@@ -77,15 +85,14 @@ must_fail_in() {
     fi
     exit 1
   fi
-  wait "$client" || rc=$?
-  local took=$(( $(ms) - $2 ))
-  kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: $1: client exit $rc"; cat "$dir/client.log"; exit 1; }
-  grep -q "(12)" "$dir/client.log" \
-    || { echo "FAIL: $1: not IBV_WC_RETRY_EXC_ERR"; cat "$dir/client.log"; exit 1; }
+  local rc=0 log=$dir/$who.log
+  if [ $who = client ]; then wait "$client" || rc=$?; kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
+  else wait "$server" || rc=$?; kill "$client" 2>/dev/null || true; wait "$client" 2>/dev/null || true; fi
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: $1: $who exit $rc"; cat "$log"; exit 1; }
+  grep -q "(12)" "$log" || { echo "FAIL: $1: $who: not IBV_WC_RETRY_EXC_ERR"; cat "$log"; exit 1; }
   [ "$took" -ge "$3" ] && [ "$took" -le "$4" ] \
-    || { echo "FAIL: $1: the client failed ${took} ms after the fault, expected $3..$4 ms"; cat "$dir/client.log"; exit 1; }
-  echo "ok: $1: status 12 after ${took} ms ($(grep -o '[A-Z ]*: completion status.*' "$dir/client.log" | head -1))"
+    || { echo "FAIL: $1: the $who failed ${took} ms after the fault, expected $3..$4 ms"; cat "$log"; exit 1; }
+  echo "ok: $1: the $who got status 12 after ${took} ms ($(grep -o '[A-Z ]*: completion status.*' "$log" | head -1))"
 }
 
 # 1. Down for 2 s mid-transfer, a retry budget of 8.6 s: nothing is lost.
