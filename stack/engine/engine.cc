@@ -8,6 +8,12 @@
 
 namespace uroce {
 
+namespace {
+/// What an IP packet holds besides the payload, at most: an IPv6 header, UDP, the BTH with
+/// its largest extension headers, the ICRC. A payload of the active MTU must fit with it.
+constexpr uint32_t kIpRoceOverhead = 40 + 8 + 60 + 4;
+}  // namespace
+
 using namespace wire;
 
 namespace {
@@ -36,9 +42,9 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
   cfg_.max_qp = std::clamp<uint32_t>(cfg_.max_qp, 1, 0x1000000 - kFirstQpn);
   cfg_.qpn_span = std::clamp<uint32_t>(cfg_.qpn_span, cfg_.max_qp, 0x1000000 - kFirstQpn);
   cfg_.first_qpn = std::clamp<uint32_t>(cfg_.first_qpn, kFirstQpn, 0x1000000 - cfg_.qpn_span);
-  // The active MTU can't exceed what fits in the port's frames.
+  // The active MTU can't exceed what fits in the port's frames (an L2 header of up to 18).
   while (cfg_.active_mtu > IBV_MTU_256 &&
-         mtu_bytes(cfg_.active_mtu) + 18 + 40 + 8 + 60 + 4 > port_.max_frame_len())
+         mtu_bytes(cfg_.active_mtu) + 18 + kIpRoceOverhead > port_.max_frame_len())
     cfg_.active_mtu = static_cast<ibv_mtu>(cfg_.active_mtu - 1);
   frame_mtu_ = cfg_.active_mtu;
   if (cfg_.node_guid == 0) {
@@ -123,10 +129,8 @@ void Engine::set_link_up(bool up, bool notify) {
 }
 
 void Engine::set_netdev_mtu(uint32_t bytes) {
-  // The IP packet holds the payload and, at most, an IPv6 header, UDP, the BTH with its
-  // largest extension headers and the ICRC (as the port's frames are sized above).
   ibv_mtu m = frame_mtu_;
-  while (m > IBV_MTU_256 && mtu_bytes(m) + 40 + 8 + 60 + 4 > bytes) m = static_cast<ibv_mtu>(m - 1);
+  while (m > IBV_MTU_256 && mtu_bytes(m) + kIpRoceOverhead > bytes) m = static_cast<ibv_mtu>(m - 1);
   cfg_.active_mtu = m;
   wire_frame_max_ = bytes + 14 + (cfg_.vlan_id != 0 ? 4 : 0);
 }

@@ -330,14 +330,12 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
       // returns completions hands over at once when this application tends to stay away
       // after them (see op_poll_cq).
       // Posts the application batched (send_posted) wait for a pass: nap kBatchFlushNs at
-      // most while there are some, or were within the last millisecond (a posting loop's
-      // next burst then needs no kick). `napping` is published before `batched` is read,
-      // and a poster bumps `batched` before it reads `napping`: one sees the other.
+      // most while there are some. `napping` is published before `batched` is read, and a
+      // poster bumps `batched` before it reads `napping`: one sees the other.
       rt->nap_until.store(now + app_nap);
       rt->napping.store(true);
       uint64_t nap = app_nap;
-      const bool batching = rt->batched.load() != 0;
-      if (batching && nap > kBatchFlushNs) {
+      if (rt->batched.load() != 0 && nap > kBatchFlushNs) {
         nap = kBatchFlushNs;
         rt->nap_until.store(now + nap);
       }
