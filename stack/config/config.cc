@@ -90,10 +90,33 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
     if (value.empty() || *end != '\0' || cpu < 0 || cpu >= CPU_SETSIZE)
       return "progress_cpu '" + value + "' must be a CPU number from 0 (see nproc)";
     dev->progress_cpu = static_cast<int>(cpu);
+  } else if (key == "ecn") {
+    if (value != "yes" && value != "no" && value != "1" && value != "0")
+      return "ecn '" + value + "' must be yes (DCQCN congestion control) or no (ECN-blind)";
+    dev->ecn = value == "yes" || value == "1";
+  } else if (key == "line_rate" || key == "cnp_dscp" || key == "min_time_between_cnps") {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(value.c_str(), &end, 10);
+    const bool num = !value.empty() && *end == '\0';
+    if (key == "line_rate") {
+      if (!num || v < 1 || v > 10'000'000)
+        return "line_rate '" + value + "' must be the link's rate in Mb/s (1 .. 10000000)";
+      dev->line_rate_mbps = static_cast<uint32_t>(v);
+    } else if (key == "cnp_dscp") {
+      if (!num || v > 63) return "cnp_dscp '" + value + "' must be a DSCP from 0 to 63";
+      dev->cnp_dscp = static_cast<uint8_t>(v);
+    } else {
+      if (!num || v > 1'000'000)
+        return "min_time_between_cnps '" + value + "' must be microseconds (0 .. 1000000)";
+      dev->min_time_between_cnps_us = static_cast<uint32_t>(v);
+    }
+  } else if (key == "dcqcn") {
+    return parse_dcqcn(value, &dev->dcqcn);
   } else {
     return "unknown setting '" + key +
            "' (known: iface, devargs, port, gso, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
-           "progress, progress_cpu, batch)";
+           "progress, progress_cpu, batch, ecn, line_rate, cnp_dscp, min_time_between_cnps, "
+           "dcqcn)";
   }
   return "";
 }
@@ -104,7 +127,70 @@ bool parse_number(const std::string& s, double* out) {
   return !s.empty() && end != s.c_str() && *end == '\0';
 }
 
+/// Calls `item(key, value, text)` for each "key=value" of a comma-separated list (blanks
+/// trimmed, empty items skipped); stops at the first error text it returns.
+template <typename Item>
+std::string for_each_item(const std::string& list, Item&& item) {
+  std::istringstream in(list);
+  std::string text;
+  while (std::getline(in, text, ',')) {
+    text = trim(text);
+    if (text.empty()) continue;
+    const size_t eq = text.find('=');
+    const std::string k = eq == std::string::npos ? text : trim(text.substr(0, eq));
+    const std::string v = eq == std::string::npos ? "" : trim(text.substr(eq + 1));
+    std::string e = item(k, v, text);
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string parse_dcqcn(const std::string& text, DcqcnConfig* out) {
+  static const char* const kHelp =
+      " (e.g. dcqcn = rpg_ai_rate=20,rpg_time_reset=100; keys: rpg_time_reset, rpg_byte_reset, "
+      "rpg_threshold, rpg_ai_rate, rpg_hai_rate, rpg_min_rate, rpg_min_dec_fac, dce_tcp_g, "
+      "dce_tcp_rtt, rate_reduce_monitor_period, initial_alpha_value, clamp_tgt_rate)";
+  DcqcnConfig d = *out;
+  const std::string err = for_each_item(text, [&d](const std::string& k, const std::string& v,
+                                                   const std::string& item) -> std::string {
+    double x = 0;
+    if (!parse_number(v, &x) || x < 0) return "dcqcn '" + item + "' needs a number >= 0" + kHelp;
+    const auto us = [x] { return static_cast<uint64_t>(x * 1000.0); };
+    const auto whole = [x](double lo, double hi) { return x >= lo && x <= hi && x == static_cast<uint64_t>(x); };
+    if (k == "rpg_time_reset" && x >= 1 && x <= 1e7) {
+      d.rpg_time_reset_ns = us();
+    } else if (k == "dce_tcp_rtt" && x >= 1 && x <= 1e7) {
+      d.dce_tcp_rtt_ns = us();
+    } else if (k == "rate_reduce_monitor_period" && x <= 1e7) {
+      d.rate_reduce_monitor_period_ns = us();
+    } else if (k == "rpg_byte_reset" && whole(1, 1e9)) {
+      d.rpg_byte_reset = static_cast<uint32_t>(x);
+    } else if (k == "rpg_threshold" && whole(0, 1000)) {
+      d.rpg_threshold = static_cast<uint32_t>(x);
+    } else if (k == "rpg_ai_rate" && x > 0) {
+      d.rpg_ai_rate_mbps = x;
+    } else if (k == "rpg_hai_rate" && x > 0) {
+      d.rpg_hai_rate_mbps = x;
+    } else if (k == "rpg_min_rate" && x > 0) {
+      d.rpg_min_rate_mbps = x;
+    } else if (k == "rpg_min_dec_fac" && whole(1, 100)) {
+      d.rpg_min_dec_fac = static_cast<uint32_t>(x);
+    } else if (k == "dce_tcp_g" && whole(0, 1023)) {
+      d.dce_tcp_g = static_cast<uint32_t>(x);
+    } else if (k == "initial_alpha_value" && whole(0, 1023)) {
+      d.initial_alpha_value = static_cast<uint32_t>(x);
+    } else if (k == "clamp_tgt_rate" && whole(0, 1)) {
+      d.clamp_tgt_rate = x == 1;
+    } else {
+      return "dcqcn '" + item + "' is not a known key with a value in its range" + kHelp;
+    }
+    return "";
+  });
+  if (err.empty()) *out = d;
+  return err;
+}
 
 std::string parse_fault(const std::string& text, FaultSpec* out) {
   static const char* const kHelp =
@@ -112,19 +198,13 @@ std::string parse_fault(const std::string& text, FaultSpec* out) {
       "hold_us, delay_us, jitter_us, seed, side)";
   FaultSpec f;
   f.enabled = true;
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    item = trim(item);
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    const std::string k = eq == std::string::npos ? item : trim(item.substr(0, eq));
-    const std::string v = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
+  const std::string err = for_each_item(text, [&f](const std::string& k, const std::string& v,
+                                                   const std::string& item) -> std::string {
     if (k == "side") {
       if (v != "tx" && v != "rx" && v != "both") return "fault side '" + v + "' must be tx, rx or both";
       f.tx_side = v != "rx";
       f.rx_side = v != "tx";
-      continue;
+      return "";
     }
     double x = 0;
     if (!parse_number(v, &x) || x < 0) return "fault '" + item + "' needs a number >= 0" + kHelp;
@@ -145,7 +225,9 @@ std::string parse_fault(const std::string& text, FaultSpec* out) {
     } else {
       return "fault has unknown key '" + k + "'" + kHelp;
     }
-  }
+    return "";
+  });
+  if (!err.empty()) return err;
   if (f.reorder > 0 && f.reorder_window == 0) f.reorder_window = 4;
   // A frame overtaken on a link arrives a little late; it does not wait for the next frame,
   // which in request/response traffic comes only after a retransmission timeout.
@@ -234,6 +316,11 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
                                          {"UROCE_PORT", "port"},
                                          {"UROCE_GSO", "gso"},
                                          {"UROCE_BATCH", "batch"},
+                                         {"UROCE_ECN", "ecn"},
+                                         {"UROCE_LINE_RATE", "line_rate"},
+                                         {"UROCE_CNP_DSCP", "cnp_dscp"},
+                                         {"UROCE_MIN_TIME_BETWEEN_CNPS", "min_time_between_cnps"},
+                                         {"UROCE_DCQCN", "dcqcn"},
                                          {"UROCE_PROGRESS", "progress"},
                                          {"UROCE_PROGRESS_CPU", "progress_cpu"}};
   for (const auto& [var, key] : kVars) {

@@ -21,13 +21,22 @@
 //                                 # but other uroce processes on it no longer see our frames
 //   batch   = no                  # send every post at once (default yes: posts that follow
 //                                 # each other closely leave together with the next pass)
+//   ecn     = no                  # ECN-blind (default yes: RC/UC packets leave ECT(0) and a
+//                                 # CNP slows the QP down with DCQCN; README "Congestion")
+//   line_rate = 10000             # Mb/s a QP starts at and DCQCN returns to (default: the
+//                                 # interface's speed, else 100000)
+//   cnp_dscp = 48                 # DSCP of the CNPs sent for CE-marked packets
+//   min_time_between_cnps = 50    # microseconds, per QP
+//   dcqcn   = rpg_ai_rate=20,rpg_time_reset=100   # DCQCN's knobs (NVIDIA's names)
 //
 // fault keys: loss, duplicate, corrupt, reorder (probabilities 0..1), window (reorder
 // distance, default 4 when reorder is set), delay_us, jitter_us, seed, side=tx|rx|both
 // (default tx). See drivers/fault/fault_injector.h for what each does.
 //
 // Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
-// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT, UROCE_GSO, UROCE_BATCH override the first device's settings (and create "uroce0" when there is no file).
+// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT, UROCE_GSO, UROCE_BATCH, UROCE_ECN,
+// UROCE_LINE_RATE, UROCE_CNP_DSCP, UROCE_MIN_TIME_BETWEEN_CNPS, UROCE_DCQCN override the first
+// device's settings (and create "uroce0" when there is no file).
 // Every problem is reported as one line naming the setting, its source and the fix.
 #pragma once
 
@@ -37,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/dcqcn.h"
 #include "wire/addr.h"
 
 namespace uroce::config {
@@ -59,6 +69,10 @@ struct FaultSpec {
 
 /// Parses "loss=0.01,reorder=0.05,..." into *out; returns an error text or "".
 std::string parse_fault(const std::string& text, FaultSpec* out);
+
+/// Parses "rpg_ai_rate=20,dce_tcp_g=1019,..." over *out (keys not named keep their value);
+/// returns an error text or "". Rates in Mb/s, times in microseconds, as NVIDIA's RNICs.
+std::string parse_dcqcn(const std::string& text, DcqcnConfig* out);
 
 struct DeviceConfig {
   std::string name = "uroce0";
@@ -84,6 +98,12 @@ struct DeviceConfig {
   // application's next poll or post, else the progress thread's), so a posting loop's
   // packets leave together. `no`: every post is sent at once (docs/threading.md).
   bool batch = true;
+  // Congestion control (engine/congestion.cc): ECT(0) marking and DCQCN on CNPs.
+  bool ecn = true;
+  uint32_t line_rate_mbps = 0;  // 0: the interface's speed (sysfs), else 100000
+  uint8_t cnp_dscp = 48;
+  uint32_t min_time_between_cnps_us = 50;
+  DcqcnConfig dcqcn;
 };
 
 struct Config {

@@ -33,7 +33,13 @@ namespace uroce {
   X(rx_mcast, "multicast datagrams handed to an attached QP (one per QP)")              \
   X(rx_drop_uc_msg, "UC packets dropped (PSN gap, no receive WQE or bad access)")       \
   X(rx_drop_unexpected_resp, "response or ACK that matches no outstanding request")     \
-  X(rx_drop_cnp, "congestion notification packets (counted, no rate control yet)")      \
+  X(rx_drop_cnp, "CNPs for no QP of ours, a UD QP, or from an address not the QP's peer") \
+  X(cnp_rcvd, "CNPs received for a QP of ours (DCQCN cuts its rate unless ecn = no)")   \
+  X(cc_rate_cuts, "DCQCN rate cuts (at most one per rate_reduce_monitor_period per QP)") \
+  X(cc_paced, "times a rate-limited QP had to wait for its pacer before a packet")      \
+  X(rx_ce_marked, "packets that arrived marked CE (congestion experienced) by a switch") \
+  X(cnp_sent, "CNPs sent (a CE-marked request or READ response arrived)")               \
+  X(cnp_held, "CE marks not answered: a CNP went to that QP within min_time_between_cnps") \
   X(tx_frames, "frames transmitted")                                                    \
   X(tx_loopback, "frames delivered to this device itself (loopback)")                   \
   X(tx_no_buffers, "transmit postponed: frame pool exhausted or port busy")             \

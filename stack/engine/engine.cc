@@ -221,6 +221,15 @@ RoceHeaders Engine::headers_for(const Path& p, uint32_t qpn, uint32_t dest_qpn) 
 
 void Engine::fill_template(Qp* qp) {
   qp->tx_template = headers_for(qp->path, qp->qpn, qp->dest_qpn);
+  // ECN-capable transport, for a switch to mark CE instead of dropping (congestion.cc),
+  // unless the address vector chose the ECN bits itself.
+  if (cfg_.cc.ecn && qp->type != IBV_QPT_UD && (qp->path.traffic_class & 3) == 0) {
+    if (qp->tx_template.ipv6) {
+      qp->tx_template.ip6.traffic_class |= kEcnEct0;
+    } else {
+      qp->tx_template.ip4.ecn = kEcnEct0;
+    }
+  }
 }
 
 // ---- Poll loop --------------------------------------------------------------------------
@@ -306,6 +315,9 @@ void Engine::receive(Frame* f) {
     mcast_receive(p);
   } else if (validate(p, &qp)) {
     counters_.inc(Counter::rx_roce);
+    if ((p.hdr.ipv6 ? p.hdr.ip6.traffic_class & 3 : p.hdr.ip4.ecn) == kEcnCe &&
+        qp->type != IBV_QPT_UD)
+      notify_congestion(qp, p);
     if (qp->type == IBV_QPT_UD) {
       ud_receive(qp, p);
     } else if (p.info->is_request()) {
@@ -336,7 +348,7 @@ bool Engine::validate(const ParsedPacket& p, Qp** out) {
     return false;
   }
   if (p.info->op == Operation::kCnp) {
-    counters_.inc(Counter::rx_drop_cnp);
+    receive_cnp(p);
     return false;
   }
   const uint32_t qpn = h.bth.dest_qp;
@@ -481,8 +493,10 @@ void Engine::fire_timer(Timer& t) {
   Qp* qp = static_cast<Qp*>(t.owner);
   if (t.kind == kTimerRetransmit) {
     on_retransmit_timeout(qp);
-  } else {
+  } else if (t.kind == kTimerRnr) {
     on_rnr_timeout(qp);
+  } else {
+    on_cc_timer(t);
   }
 }
 

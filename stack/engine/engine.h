@@ -41,6 +41,21 @@
 
 namespace uroce {
 
+/// Congestion control (stack/engine/congestion.cc, README "Congestion control").
+struct CongestionConfig {
+  // The reaction point: RC/UC/XRC packets leave ECN-capable (ECT(0)) unless the address
+  // vector's traffic class sets ECN bits of its own, and a CNP cuts the QP's rate (DCQCN).
+  // The notification point (a CE-marked packet is answered with a CNP) is always on, as on
+  // RNICs: it costs nothing unless a sender marks its packets and a switch marks them CE.
+  bool ecn = true;
+  uint8_t cnp_dscp = 48;                        // DSCP of the CNPs we send (RNICs: 48)
+  uint64_t min_time_between_cnps_ns = 50'000;   // per QP
+  // Pace every packet at the line rate, not only below it: for a line rate given by hand,
+  // which a QP could otherwise exceed in bursts (a veth is as fast as memory).
+  bool pace_at_line_rate = false;
+  DcqcnConfig dcqcn;
+};
+
 struct EngineConfig {
   std::optional<wire::Ipv4Addr> ipv4;
   std::optional<wire::Ipv6Addr> ipv6;  // a global IPv6 address (link-local is derived)
@@ -74,6 +89,7 @@ struct EngineConfig {
   // How many QPNs from first_qpn are this engine's (the provider's block per process). They
   // are handed out in rotation; at least max_qp.
   uint32_t qpn_span = 0x10000;
+  CongestionConfig cc;
 };
 
 /// A management datagram that arrived on QP1 (the connection manager's MADs), with the
@@ -246,6 +262,9 @@ class Engine {
   int gid_index(const wire::Gid& gid) const;
   uint64_t now() const { return now_; }
   const Counters& counters() const { return counters_; }
+  /// The QPs DCQCN holds below line rate right now (up to `max` of them, by QPN).
+  size_t cc_limited_qps(CcQpStats* out, size_t max) const;
+  double line_rate_mbps() const { return cfg_.cc.dcqcn.line_rate_mbps; }
 
  private:
   friend class EngineTestPeer;
@@ -303,6 +322,20 @@ class Engine {
   void enter_error(Qp* qp);
   void flush_qp(Qp* qp);
   void reset_qp(Qp* qp);
+
+  // congestion.cc
+  void cc_init_qp(Qp* qp);   // the timers' owner and kind, DCQCN at line rate
+  void cc_reset_qp(Qp* qp);  // back to line rate, timers cancelled
+  /// NP: `p` reached `qp` marked CE: tell the peer QP with a CNP (at most one per period).
+  void notify_congestion(Qp* qp, const wire::ParsedPacket& p);
+  /// RP: a CNP for one of our QPs.
+  void receive_cnp(const wire::ParsedPacket& p);
+  void on_cc_timer(Timer& t);
+  /// The pacer: whether `qp` must wait before its next packet (it arms the pace timer).
+  bool pace_wait(Qp* qp);
+  /// `bytes` of `qp` went on the wire: the pacer's clock and DCQCN's byte counter.
+  void paced(Qp* qp, uint32_t bytes);
+  void trace_rate(const Qp* qp, int cause) const;
 
   // requester.cc
   bool requester_step(Qp* qp, uint32_t* budget);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/dcqcn.h"
 #include "engine/timer_wheel.h"
 #include "memory/mr.h"
 #include "util/ring.h"
@@ -199,7 +200,14 @@ constexpr uint8_t opcode_base(ibv_qp_type t) {
   return t == IBV_QPT_UC ? 0x20 : is_xrc(t) ? 0xA0 : 0x00;
 }
 
-enum TimerKind : uint8_t { kTimerRetransmit, kTimerRnr, kTimerNeighbor };
+enum TimerKind : uint8_t {
+  kTimerRetransmit,
+  kTimerRnr,
+  kTimerNeighbor,
+  kTimerPace,     // a rate-limited QP may send again (congestion.cc)
+  kTimerCcAlpha,  // DCQCN's alpha update
+  kTimerCcRate,   // DCQCN's rate-increase timer
+};
 
 struct Qp {
   // First: lets the verbs layer convert ibv_qp* back to Qp*. ibv_qp_ex starts with an
@@ -282,6 +290,23 @@ struct Qp {
   uint32_t cwnd = 0;
   Timer retransmit_timer;
   Timer rnr_timer;
+
+  // Congestion control (congestion.cc). The reaction point: DCQCN's rate and the pacer that
+  // holds the requester to it while the rate is below the line rate. The notification
+  // point: when this QP last sent its peer a CNP.
+  Dcqcn dcqcn;
+  uint64_t pace_next_ns = 0;  // the next packet may leave at this time
+  // The rate the QP really sends at: bytes over windows of at least kRateWindowNs.
+  uint64_t sent_window_start_ns = 0;
+  uint64_t sent_window_bytes = 0;
+  uint64_t sent_rate_at_ns = 0;  // when sent_rate_mbps was measured
+  double sent_rate_mbps = 0;
+  uint64_t cnp_sent_ns = 0;
+  bool cnp_sent_any = false;
+  uint64_t cnps_rcvd = 0;
+  Timer pace_timer;
+  Timer cc_alpha_timer;
+  Timer cc_rate_timer;
 
   // Receive queue and responder. Posters produce into `rq` under rq_mu; the engine consumes.
   Ring<RecvWqe> rq;

@@ -152,6 +152,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   qp->sent_any = true;
   qp->retry_pending = false;
   send_built(f, lay);
+  paced(qp, static_cast<uint32_t>(lay.len));
 
   if (w.is_read_or_atomic() || w.opcode == IBV_WR_ATOMIC_WRITE) {
     w.sent = w.npkts;
@@ -254,6 +255,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       if (next != qp->comp_psn && next - qp->comp_psn >= static_cast<int32_t>(qp->cwnd))
         break;  // ACKs reopen it and reschedule us
     }
+    if (pace_wait(qp)) break;  // DCQCN holds it below line rate: the pace timer wakes us
     if (!send_packet(qp, w)) {
       if (qp->state == IBV_QPS_ERR) return false;
       more = true;  // out of frames: try again next poll

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/counters.h"
+#include "engine/dcqcn.h"
 
 namespace uroce {
 
@@ -64,6 +65,11 @@ struct StatsShm {
   uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
   uint64_t cm[kCmCounters];         // kCmCounterInfo's; all 0 while no CM runs
   uint64_t port[kPortCounters];     // kPortCounterInfo's
+  // DCQCN: the QPs held below line rate right now, with their rate and alpha.
+  static constexpr size_t kCcQps = 16;
+  uint32_t line_rate_mbps;
+  uint32_t cc_qps;  // entries in cc (more limited QPs than kCcQps: the first by QPN)
+  CcQpStats cc[kCcQps];
 };
 
 inline std::string stats_shm_name(int pid, const std::string& device) {

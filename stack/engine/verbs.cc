@@ -483,6 +483,7 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
   qp->retransmit_timer.kind = kTimerRetransmit;
   qp->cwnd = cfg_.tx_window;
   qp->rnr_timer.kind = kTimerRnr;
+  cc_init_qp(qp.get());
   qp->ibv.qp_num = qp->qpn;
   qp->ibv.qp_type = a->qp_type;
   qp->ibv.state = IBV_QPS_RESET;
@@ -504,6 +505,7 @@ int Engine::destroy_qp(Qp* qp) {
   if (qp == nullptr || qp_by_num(qp->qpn) != qp) return EINVAL;
   timers_.cancel(qp->retransmit_timer);
   timers_.cancel(qp->rnr_timer);
+  cc_reset_qp(qp);
   // Drop it from the active list.
   const size_t n = active_.size();
   for (size_t i = 0; i < n; ++i) {
@@ -759,6 +761,7 @@ void Engine::set_state(Qp* qp, ibv_qp_state st) {
 void Engine::reset_qp(Qp* qp) {
   timers_.cancel(qp->retransmit_timer);
   timers_.cancel(qp->rnr_timer);
+  cc_reset_qp(qp);
   {
     // Both sides of both queues: posters are kept out while the rings empty (and they find
     // the QP in RESET afterwards, where posting is refused).
@@ -797,6 +800,7 @@ void Engine::enter_error(Qp* qp) {
   set_state(qp, IBV_QPS_ERR);
   timers_.cancel(qp->retransmit_timer);
   timers_.cancel(qp->rnr_timer);
+  timers_.cancel(qp->pace_timer);
   qp->flush_pending = true;
   schedule(qp);
 }

@@ -16,7 +16,10 @@ struct VerbsEvent {
     kQpState,            // the QP entered state `status` (an ibv_qp_state)
     kRetransmitTimeout,  // no ACK in time: the requester goes back to `psn`
     kRnrResend,          // an RNR NAK's wait is over: the requester resends from `psn`
+    kRate,               // DCQCN changed the QP's rate: opcode = RateCause, length = the
+                         // rate (Mb/s), psn = the target rate (Mb/s), status = alpha x 1024
   };
+  enum RateCause : int { kRateCut, kRateTimer, kRateBytes, kRateLine };
   Kind kind = Kind::kPostSend;
   uint32_t qpn = 0;
   uint64_t wr_id = 0;

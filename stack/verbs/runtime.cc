@@ -123,6 +123,19 @@ uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
   return 0x11;
 }
 
+/// The interface's speed in Mb/s (what the kernel reports in sysfs: veth says 10000), the
+/// rate DCQCN starts a QP at; 100000 when it is not known (a DPDK device, no sysfs).
+uint32_t link_speed_mbps(const config::DeviceConfig& dc) {
+  constexpr uint32_t kUnknown = 100000;
+  if (dc.iface.empty()) return kUnknown;
+  std::FILE* f = std::fopen(("/sys/class/net/" + dc.iface + "/speed").c_str(), "re");
+  if (f == nullptr) return kUnknown;
+  long v = -1;
+  if (std::fscanf(f, "%ld", &v) != 1) v = -1;
+  std::fclose(f);
+  return v > 0 && v <= 10'000'000 ? static_cast<uint32_t>(v) : kUnknown;
+}
+
 StatsShm* open_stats(const std::string& name, const std::string& device) {
   const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;
@@ -168,6 +181,11 @@ void publish_stats(Runtime* rt, uint64_t now) {
     std::copy(std::begin(v), std::end(v), rt->stats->cm);
   }
   if (rt->port_counters) rt->port_counters(rt->stats->port);
+  CcQpStats cc[StatsShm::kCcQps];
+  const size_t n = rt->engine->cc_limited_qps(cc, StatsShm::kCcQps);
+  std::copy(cc, cc + n, rt->stats->cc);
+  rt->stats->cc_qps = static_cast<uint32_t>(n);
+  rt->stats->line_rate_mbps = static_cast<uint32_t>(rt->engine->line_rate_mbps());
   rt->stats->updated_ns = now;
 }
 
@@ -586,6 +604,12 @@ Runtime* open_runtime(Device* d) {
   ec.first_qpn = claim_qpn_block(dc, &rt->qpn_claim_fd);
   ec.qpn_span = kQpnBlock;
   ec.max_qp = kMaxQp;
+  ec.cc.ecn = dc.ecn;
+  ec.cc.cnp_dscp = dc.cnp_dscp;
+  ec.cc.min_time_between_cnps_ns = uint64_t{dc.min_time_between_cnps_us} * 1000;
+  ec.cc.dcqcn = dc.dcqcn;
+  ec.cc.dcqcn.line_rate_mbps = dc.line_rate_mbps != 0 ? dc.line_rate_mbps : link_speed_mbps(dc);
+  ec.cc.pace_at_line_rate = dc.line_rate_mbps != 0;  // a rate given by hand is a real limit
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->engine->set_verbs_tracer(rt->verbs_trace.get());
   rt->engine->on_group_change(

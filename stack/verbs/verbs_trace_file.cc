@@ -117,6 +117,13 @@ void VerbsTraceFile::event(const VerbsEvent& e) {
       std::fprintf(f_, "%" PRIu64 "\t%s\t%u\t-\t-\t-\t-\t%u\n", t,
                    e.kind == K::kRnrResend ? "rnr_resend" : "retransmit_timeout", e.qpn, e.psn);
       break;
+    case K::kRate: {
+      // rate QPN - CAUSE RATE_MBPS ALPHA TARGET_MBPS (alpha as a fraction, 3 decimals)
+      static const char* const kCause[] = {"cut", "timer", "bytes", "line"};
+      std::fprintf(f_, "%" PRIu64 "\trate\t%u\t-\t%s\t%u\t%.3f\t%u\n", t, e.qpn,
+                   kCause[e.opcode & 3], e.length, e.status / 1024.0, e.psn);
+      break;
+    }
   }
   // Written out every 10 ms at most: a killed program loses little, a busy one is not slowed
   // by a write per event.

@@ -8,6 +8,7 @@
 //   1234567 <tab> post_send <tab> 17 <tab> 5 <tab> RDMA_WRITE <tab> 65536 <tab> - <tab> -
 //   1234999 <tab> completion <tab> 17 <tab> 5 <tab> RDMA_WRITE <tab> 65536 <tab> success <tab> -
 //   ...      qp_state 17 - RTS - - -;  retransmit_timeout 17 - - - - 12345;  rnr_resend ...
+//   ...      rate 17 - cut 5000 0.502 10000   (DCQCN: cause, rate Mb/s, alpha, target Mb/s)
 #pragma once
 
 #include <cstdio>

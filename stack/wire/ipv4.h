@@ -20,6 +20,11 @@
 namespace uroce::wire {
 
 inline constexpr uint8_t kIpProtoUdp = 17;
+/// The two ECN bits of the IPv4 TOS / IPv6 traffic class (RFC 3168).
+inline constexpr uint8_t kEcnNotEct = 0;
+inline constexpr uint8_t kEcnEct1 = 1;
+inline constexpr uint8_t kEcnEct0 = 2;
+inline constexpr uint8_t kEcnCe = 3;  // congestion experienced: a switch marked it
 
 /// RFC 1071 one's-complement sum of `b`, folded to 16 bits and complemented.
 uint16_t internet_checksum(Bytes b);

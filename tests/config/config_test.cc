@@ -116,6 +116,52 @@ TEST(Config, FaultSettingDescribesTheInjector) {
   EXPECT_DOUBLE_EQ(c.devices[0].fault.loss, 0.2);
 }
 
+TEST(Config, CongestionControlSettings) {
+  Config c;
+  std::string err;
+  ASSERT_TRUE(parse("[a]\niface = v0\n[b]\niface = v1\necn = no\nline_rate = 1000\n"
+                    "cnp_dscp = 26\nmin_time_between_cnps = 500\n"
+                    "dcqcn = rpg_time_reset=3000, rpg_ai_rate=0.5,dce_tcp_g=1020,clamp_tgt_rate=0\n",
+                    "cc.conf", &c, &err))
+      << err;
+  const DeviceConfig& a = c.devices[0];
+  const DeviceConfig& b = c.devices[1];
+  EXPECT_TRUE(a.ecn);  // on by default, as on RNICs
+  EXPECT_EQ(a.line_rate_mbps, 0u);  // 0: the interface's speed
+  EXPECT_EQ(a.cnp_dscp, 48);
+  EXPECT_EQ(a.min_time_between_cnps_us, 50u);
+  EXPECT_EQ(a.dcqcn.rpg_time_reset_ns, 300'000u);
+  EXPECT_FALSE(b.ecn);
+  EXPECT_EQ(b.line_rate_mbps, 1000u);
+  EXPECT_EQ(b.cnp_dscp, 26);
+  EXPECT_EQ(b.min_time_between_cnps_us, 500u);
+  EXPECT_EQ(b.dcqcn.rpg_time_reset_ns, 3'000'000u);
+  EXPECT_DOUBLE_EQ(b.dcqcn.rpg_ai_rate_mbps, 0.5);
+  EXPECT_EQ(b.dcqcn.dce_tcp_g, 1020u);
+  EXPECT_FALSE(b.dcqcn.clamp_tgt_rate);
+  EXPECT_EQ(b.dcqcn.rpg_byte_reset, 32767u);  // not named: the default stays
+
+  // One line per mistake, naming the key and what it takes; nothing half-applied.
+  DcqcnConfig d;
+  EXPECT_NE(parse_dcqcn("rpg_ai_rate=5,nonsense=1", &d).find("nonsense=1"), std::string::npos);
+  EXPECT_DOUBLE_EQ(d.rpg_ai_rate_mbps, 5);
+  EXPECT_NE(parse_dcqcn("dce_tcp_g=2000", &d).find("range"), std::string::npos);
+  EXPECT_NE(parse_dcqcn("rpg_threshold=1.5", &d), "");
+  EXPECT_NE(parse_dcqcn("rpg_time_reset=abc", &d).find("number"), std::string::npos);
+  for (const char* bad : {"ecn = maybe", "line_rate = 0", "cnp_dscp = 64", "min_time_between_cnps = x"}) {
+    Config e;
+    EXPECT_FALSE(parse(std::string("[a]\niface = v0\n") + bad + "\n", "bad.conf", &e, &err)) << bad;
+    EXPECT_NE(err.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << err;
+  }
+  Config env;
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_IFACE", "v9"}, {"UROCE_ECN", "0"},
+                                {"UROCE_DCQCN", "rpg_hai_rate=20"}}),
+                        &env, &err))
+      << err;
+  EXPECT_FALSE(env.devices[0].ecn);
+  EXPECT_DOUBLE_EQ(env.devices[0].dcqcn.rpg_hai_rate_mbps, 20);
+}
+
 TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
   Config c;
   std::string err;

@@ -78,7 +78,7 @@ inline Qp* make_qp(Side& s, const QpOptions& o) {
 }
 
 /// RESET -> INIT -> RTR -> RTS towards `peer_qpn` at `peer_ip`. Returns the first errno.
-inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& peer_ip,
+inline int connect_qp(Engine& engine, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& peer_ip,
                       const QpOptions& o, uint32_t qkey = 0x11111111) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
@@ -88,7 +88,7 @@ inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& 
   a.qkey = qkey;
   int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
              (o.type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
-  if (int e = s.engine->modify_qp(qp, &a, mask)) return e;
+  if (int e = engine.modify_qp(qp, &a, mask)) return e;
 
   a = {};
   a.qp_state = IBV_QPS_RTR;
@@ -109,7 +109,7 @@ inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& 
       mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     }
   }
-  if (int e = s.engine->modify_qp(qp, &a, mask)) return e;
+  if (int e = engine.modify_qp(qp, &a, mask)) return e;
 
   a = {};
   a.qp_state = IBV_QPS_RTS;
@@ -122,7 +122,12 @@ inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& 
     a.max_rd_atomic = o.rd_atomic;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
-  return s.engine->modify_qp(qp, &a, mask);
+  return engine.modify_qp(qp, &a, mask);
+}
+
+inline int connect_qp(Side& s, Qp* qp, uint32_t peer_qpn, const wire::Ipv4Addr& peer_ip,
+                      const QpOptions& o, uint32_t qkey = 0x11111111) {
+  return connect_qp(*s.engine, qp, peer_qpn, peer_ip, o, qkey);
 }
 
 /// Two sides on an in-memory link, optionally each behind a fault injector (applied to what

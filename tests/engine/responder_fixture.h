@@ -103,8 +103,9 @@ class Responder : public ::testing::Test {
     RoceHeaders h;
     h.eth.src = kPeerMac;
     h.eth.dst = port.mac();
-    h.ip4.src = kIpA;
     h.ip4.dst = kIpB;
+    h.ip4.ecn = send_ecn;
+    h.ip4.src = send_src;
     h.udp.src_port = 0xC123;
     h.bth.opcode = opcode;
     h.bth.psn = psn;
@@ -162,6 +163,8 @@ class Responder : public ::testing::Test {
   std::vector<std::vector<uint8_t>> sent;
   uint64_t now = 1'000'000;
   uint32_t dest_qpn = 0;  // send() addresses this QPN instead of qp's when set
+  uint8_t send_ecn = 0;   // the ECN bits send() puts in the IP header
+  Ipv4Addr send_src = kIpA;  // and its source address
 };
 
 }  // namespace uroce::test

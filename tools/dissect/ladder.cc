@@ -58,6 +58,9 @@ std::string arrow_label(const Frame& f) {
   s += strf(" psn=%u", f.pkt.hdr.bth.psn);
   if (f.has_ext(wire::Ext::kAeth)) s.append(" ").append(aeth_compact(f.pkt.hdr.ext.aeth));
   if (f.payload_len != 0) s += strf(" len=%zu", f.payload_len);
+  // A switch marked it congestion experienced: the receiver answers with a CNP.
+  const wire::RoceHeaders& h = f.pkt.hdr;
+  if ((h.ipv6 ? h.ip6.traffic_class & 3 : h.ip4.ecn) == wire::kEcnCe) s += " ECN=CE";
   return s;
 }
 
@@ -248,10 +251,15 @@ class LadderPrinter final : public Printer {
       if (f[3] != "-") label += " wr_id=" + f[3];
       if (ev == "post_send" || ev == "post_recv" || ev == "completion") label += " len=" + f[5];
       if (ev == "completion") label += " " + f[6];
-      if (f[7] != "-") label += " psn=" + f[7];
+      if (ev == "rate") {  // DCQCN: cause, rate, alpha, target
+        label = "DCQCN " + f[4] + ": QP 0x" + hex6(qpn) + " at " + f[5] + " Mb/s (target " +
+                f[7] + ", alpha " + f[6] + ")";
+      } else if (f[7] != "-") {
+        label += " psn=" + f[7];
+      }
       const std::string kind = ev == "post_send" || ev == "post_recv" ? "post"
                                : ev == "completion" ? (f[6] == "success" ? "comp" : "err")
-                               : ev == "qp_state"   ? "state"
+                               : ev == "qp_state" || ev == "rate" ? "state"
                                                     : "timer";
       JsonWriter j;
       j.begin_object();

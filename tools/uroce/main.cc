@@ -357,6 +357,15 @@ int stats(int only_pid) {
         std::printf("  %-26s %14llu  %s\n", uroce::kPortCounterInfo[i].name,
                     static_cast<unsigned long long>(st->port[i]), uroce::kPortCounterInfo[i].text);
       }
+      // DCQCN: every QP it holds below the line rate, with its rate and alpha.
+      for (uint32_t i = 0; i < std::min<uint32_t>(st->cc_qps, uroce::StatsShm::kCcQps); ++i) {
+        const uroce::CcQpStats& q = st->cc[i];
+        std::printf("  dcqcn qp 0x%06x: rate %u Mb/s of %u (target %u), alpha %.3f, %llu CNPs, "
+                    "%llu cuts\n",
+                    q.qpn, q.rate_mbps, st->line_rate_mbps, q.target_mbps, q.alpha_1024 / 1024.0,
+                    static_cast<unsigned long long>(q.cnps_rcvd),
+                    static_cast<unsigned long long>(q.cuts));
+      }
       for (size_t i = 1; i < static_cast<size_t>(uroce::wire::ParseError::kCount); ++i) {
         if (st->parse_errors[i] == 0) continue;
         const auto err = static_cast<uroce::wire::ParseError>(i);

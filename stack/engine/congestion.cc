@@ -1,0 +1,187 @@
+// Congestion control: ECN marking, CNPs and DCQCN (dcqcn.h) for RC, UC and XRC QPs.
+//
+//   notification point (NP)  a packet that reaches one of our QPs marked CE (a switch queue
+//                            was filling) is answered with a CNP to the QP that sent it, at
+//                            most one per min_time_between_cnps per QP.
+//   reaction point (RP)      a CNP for one of our QPs cuts its rate (DCQCN); a pacer spaces
+//                            the requester's packets by their wire time at that rate (at the
+//                            line rate when not cut), and two timers (alpha, rate increase)
+//                            and a byte counter bring it back up.
+//
+// A CNP (IBA annex A17, RoCEv2): BTH opcode 0x81, P_Key 0xFFFF, BECN set, DestQP = the QP that
+// sent the marked packet, PSN 0, 16 reserved bytes of zero, ICRC; IP DSCP cnp_dscp, Not-ECT.
+#include <algorithm>
+
+#include "engine/engine.h"
+
+namespace uroce {
+
+using namespace wire;
+
+namespace {
+// How far behind the clock the pacer may start a packet: an engine that came back late (it
+// sleeps between passes) sends what it owes in a short burst instead of losing the time.
+constexpr uint64_t kPaceSlackNs = 20'000;
+// A QP's sending rate is measured over windows this long at least; a measure older than
+// kRateStaleNs (the QP went quiet) is not used.
+constexpr uint64_t kRateWindowNs = 100'000;
+constexpr uint64_t kRateStaleNs = 1'000'000;
+}  // namespace
+
+void Engine::cc_init_qp(Qp* qp) {
+  for (Timer* t : {&qp->pace_timer, &qp->cc_alpha_timer, &qp->cc_rate_timer}) t->owner = qp;
+  qp->pace_timer.kind = kTimerPace;
+  qp->cc_alpha_timer.kind = kTimerCcAlpha;
+  qp->cc_rate_timer.kind = kTimerCcRate;
+  qp->dcqcn = Dcqcn(cfg_.cc.dcqcn);
+}
+
+void Engine::cc_reset_qp(Qp* qp) {
+  timers_.cancel(qp->pace_timer);
+  timers_.cancel(qp->cc_alpha_timer);
+  timers_.cancel(qp->cc_rate_timer);
+  qp->dcqcn = Dcqcn(cfg_.cc.dcqcn);
+  qp->pace_next_ns = 0;
+  qp->sent_window_start_ns = qp->sent_window_bytes = qp->sent_rate_at_ns = 0;
+  qp->sent_rate_mbps = 0;
+  qp->cnp_sent_any = false;
+  qp->cnps_rcvd = 0;
+}
+
+void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
+  counters_.inc(Counter::rx_ce_marked);
+  // Data only: a request, or a READ response (the responder is the one sending the data).
+  // An ACK that met a full queue is no sign of this QP's own data causing it.
+  if (!p.info->is_request() && p.info->op != Operation::kReadResponse) return;
+  if (qp->cnp_sent_any && now_ - qp->cnp_sent_ns < cfg_.cc.min_time_between_cnps_ns) {
+    counters_.inc(Counter::cnp_held);
+    return;
+  }
+  RoceHeaders h = headers_for(qp->path, qp->qpn, qp->dest_qpn);
+  if (h.ipv6) {
+    h.ip6.traffic_class = static_cast<uint8_t>(cfg_.cc.cnp_dscp << 2);
+  } else {
+    h.ip4.dscp = cfg_.cc.cnp_dscp;
+    h.ip4.ecn = 0;
+  }
+  h.bth.opcode = opcode::kCnp;
+  h.bth.pkey = 0xFFFF;
+  h.bth.becn = true;
+  h.bth.psn = 0;
+  h.bth.dest_qp = qp->dest_qpn;
+  FrameLayout lay;
+  Frame* f = build_packet(h, 0, &lay);
+  if (f == nullptr) return;
+  send_built(f, lay);
+  qp->cnp_sent_ns = now_;
+  qp->cnp_sent_any = true;
+  counters_.inc(Counter::cnp_sent);
+}
+
+void Engine::receive_cnp(const ParsedPacket& p) {
+  const RoceHeaders& h = p.hdr;
+  Qp* qp = qp_by_num(h.bth.dest_qp);
+  const Gid src = h.ipv6 ? h.ip6.src : ipv4_mapped_gid(h.ip4.src);
+  // Only the QP's own peer may slow it down (a CNP from anyone else is a forgery).
+  if (qp == nullptr || qp->type == IBV_QPT_UD || qp->type == IBV_QPT_XRC_RECV ||
+      (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) || src != qp->path.dgid) {
+    counters_.inc(Counter::rx_drop_cnp);
+    return;
+  }
+  counters_.inc(Counter::cnp_rcvd);
+  ++qp->cnps_rcvd;
+  if (!cfg_.cc.ecn) return;  // counted, no reaction
+  const bool fresh = qp->sent_rate_at_ns != 0 && now_ - qp->sent_rate_at_ns < kRateStaleNs;
+  if (!qp->dcqcn.on_cnp(now_, fresh ? qp->sent_rate_mbps : 0)) return;
+  counters_.inc(Counter::cc_rate_cuts);
+  timers_.arm(qp->cc_alpha_timer, now_ + cfg_.cc.dcqcn.dce_tcp_rtt_ns);
+  timers_.arm(qp->cc_rate_timer, now_ + cfg_.cc.dcqcn.rpg_time_reset_ns);
+  trace_rate(qp, VerbsEvent::kRateCut);
+}
+
+void Engine::on_cc_timer(Timer& t) {
+  Qp* qp = static_cast<Qp*>(t.owner);
+  if (t.kind == kTimerPace) {
+    schedule(qp);
+    return;
+  }
+  if (!qp->dcqcn.limited()) return;
+  if (t.kind == kTimerCcAlpha) {
+    qp->dcqcn.on_alpha_timer();
+    timers_.arm(qp->cc_alpha_timer, now_ + cfg_.cc.dcqcn.dce_tcp_rtt_ns);
+    return;
+  }
+  qp->dcqcn.on_rate_timer();
+  if (qp->dcqcn.limited()) {
+    timers_.arm(qp->cc_rate_timer, now_ + cfg_.cc.dcqcn.rpg_time_reset_ns);
+    trace_rate(qp, VerbsEvent::kRateTimer);
+  } else {
+    timers_.cancel(qp->cc_alpha_timer);
+    trace_rate(qp, VerbsEvent::kRateLine);
+  }
+  schedule(qp);  // a faster pace may let a waiting packet go now
+}
+
+bool Engine::pace_wait(Qp* qp) {
+  if (!cfg_.cc.ecn || now_ >= qp->pace_next_ns) return false;
+  if (!qp->dcqcn.limited() && !cfg_.cc.pace_at_line_rate) return false;
+  if (!qp->pace_timer.armed) timers_.arm(qp->pace_timer, qp->pace_next_ns);
+  counters_.inc(Counter::cc_paced);
+  return true;
+}
+
+void Engine::paced(Qp* qp, uint32_t bytes) {
+  if (!cfg_.cc.ecn) return;
+  // What it really sends: the first cut starts from there.
+  if (now_ - qp->sent_window_start_ns >= kRateWindowNs) {
+    if (qp->sent_window_start_ns != 0 && now_ - qp->sent_window_start_ns < kRateStaleNs) {
+      qp->sent_rate_mbps = static_cast<double>(qp->sent_window_bytes) * 8000.0 /
+                           static_cast<double>(now_ - qp->sent_window_start_ns);
+      qp->sent_rate_at_ns = now_;
+    }
+    qp->sent_window_start_ns = now_;
+    qp->sent_window_bytes = 0;
+  }
+  qp->sent_window_bytes += bytes;
+  // The pacer's clock (it holds packets while the rate is cut, or always at the line rate
+  // when asked: a burst then leaves at that rate, as through a NIC, not at memory's speed).
+  const uint64_t start = std::max(qp->pace_next_ns, now_ > kPaceSlackNs ? now_ - kPaceSlackNs : 0);
+  qp->pace_next_ns = start + qp->dcqcn.wire_time_ns(bytes);
+  if (!qp->dcqcn.on_bytes(bytes)) return;
+  if (qp->dcqcn.limited()) {
+    trace_rate(qp, VerbsEvent::kRateBytes);
+  } else {
+    timers_.cancel(qp->cc_alpha_timer);
+    timers_.cancel(qp->cc_rate_timer);
+    trace_rate(qp, VerbsEvent::kRateLine);
+  }
+}
+
+void Engine::trace_rate(const Qp* qp, int cause) const {
+  if (tracer_ == nullptr) return;
+  VerbsEvent e;
+  e.kind = VerbsEvent::Kind::kRate;
+  e.qpn = qp->qpn;
+  e.opcode = cause;
+  e.length = static_cast<uint32_t>(qp->dcqcn.rate_mbps());
+  e.psn = static_cast<uint32_t>(qp->dcqcn.target_mbps());
+  e.status = static_cast<int>(qp->dcqcn.alpha() * 1024);
+  tracer_->event(e);
+}
+
+size_t Engine::cc_limited_qps(CcQpStats* out, size_t max) const {
+  size_t n = 0;
+  for (const auto& q : qps_) {
+    if (n == max) break;
+    if (q == nullptr || !q->dcqcn.limited()) continue;
+    out[n++] = {q->qpn,
+                static_cast<uint32_t>(q->dcqcn.rate_mbps()),
+                static_cast<uint32_t>(q->dcqcn.target_mbps()),
+                static_cast<uint32_t>(q->dcqcn.alpha() * 1024),
+                q->cnps_rcvd,
+                q->dcqcn.cuts()};
+  }
+  return n;
+}
+
+}  // namespace uroce

@@ -1,0 +1,453 @@
+// Congestion control in the engine (stack/engine/congestion.cc): ECN marking, the CNP a
+// CE-marked packet earns (the notification point), the cut and the pacer a CNP brings (the
+// reaction point), and DCQCN on an incast through a simulated switch (MemSwitch) whose
+// egress is the bottleneck.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <ostream>
+
+#include "memlink/mem_switch.h"
+#include "responder_fixture.h"
+
+namespace uroce::test {
+namespace {
+
+// ---- The notification point ----------------------------------------------------------------
+
+using CongestionNp = Responder;
+
+TEST_F(CongestionNp, CeMarkedRequestIsAnsweredWithACnpAtMostOncePerPeriod) {
+  send_ecn = kEcnCe;
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(64, 1), reth(0, 64));
+  std::vector<ParsedPacket> out = step();
+  ASSERT_EQ(out.size(), 2u);  // the CNP (sent on arrival) and the ACK
+  const ParsedPacket* cnp = nullptr;
+  size_t cnp_at = 0;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].hdr.bth.opcode == opcode::kCnp) cnp = &out[i], cnp_at = i;
+  ASSERT_NE(cnp, nullptr);
+  // Byte for byte what RNICs send: BTH opcode 0x81, BECN, P_Key 0xFFFF, DestQP = the QP that
+  // sent the marked packet, PSN 0, then 16 zero bytes and the ICRC (checked by the parser).
+  const std::vector<uint8_t>& f = sent[cnp_at];
+  ASSERT_EQ(f.size(), 14u + 20 + 8 + 12 + 16 + 4);
+  EXPECT_EQ(f[14 + 1], 48 << 2);  // DSCP 48, Not-ECT
+  const uint8_t* bth = &f[14 + 20 + 8];
+  EXPECT_EQ(bth[0], 0x81);
+  EXPECT_EQ(bth[1] & 0xF0, 0x00);  // SE, M, pad 0, TVer 0
+  EXPECT_EQ(bth[2], 0xFF);
+  EXPECT_EQ(bth[3], 0xFF);
+  EXPECT_EQ(bth[4], 0x40);  // BECN, nothing else
+  EXPECT_EQ((bth[5] << 16) | (bth[6] << 8) | bth[7], static_cast<int>(kPeerQpn));
+  EXPECT_EQ((bth[9] << 16) | (bth[10] << 8) | bth[11], 0);
+  EXPECT_EQ(bth[8], 0);  // AckReq 0
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(bth[12 + i], 0) << i;
+  EXPECT_EQ(engine->counters()[Counter::rx_ce_marked], 1u);
+  EXPECT_EQ(engine->counters()[Counter::cnp_sent], 1u);
+
+  // Another marked packet 2 us later: within min_time_between_cnps (50 us), no CNP.
+  send(opcode::kRcWriteOnly, kEpsn + 1, std::vector<uint8_t>(64, 2), reth(0, 64));
+  out = step();
+  for (const ParsedPacket& p : out) EXPECT_NE(p.hdr.bth.opcode, opcode::kCnp);
+  EXPECT_EQ(engine->counters()[Counter::cnp_held], 1u);
+  // 50 us after the first CNP: the next mark is answered.
+  now += 50'000;
+  send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(64, 3), reth(0, 64));
+  out = step();
+  EXPECT_EQ(std::count_if(out.begin(), out.end(),
+                          [](const ParsedPacket& p) { return p.hdr.bth.opcode == opcode::kCnp; }),
+            1);
+  EXPECT_EQ(engine->counters()[Counter::cnp_sent], 2u);
+}
+
+TEST_F(CongestionNp, UnmarkedAndEctPacketsEarnNoCnp) {
+  for (uint8_t ecn : {kEcnNotEct, kEcnEct0, kEcnEct1}) {
+    send_ecn = ecn;
+    send(opcode::kRcWriteOnly, kEpsn + ecn, std::vector<uint8_t>(8, ecn), reth(0, 8));
+    for (const ParsedPacket& p : step()) EXPECT_NE(p.hdr.bth.opcode, opcode::kCnp);
+  }
+  EXPECT_EQ(engine->counters()[Counter::cnp_sent], 0u);
+  EXPECT_EQ(engine->counters()[Counter::rx_ce_marked], 0u);
+}
+
+// ---- The reaction point --------------------------------------------------------------------
+
+class CongestionRp : public Responder {
+ protected:
+  void configure(EngineConfig& cfg) override {
+    cfg.cc.dcqcn.line_rate_mbps = 1000;
+    cfg.cc.ecn = ecn_;
+  }
+  /// A CNP from the peer's address for `qpn`.
+  void cnp(uint32_t qpn) {
+    dest_qpn = qpn;
+    send(opcode::kCnp, 0, {}, {}, false);
+    dest_qpn = 0;
+  }
+  /// Posts an RDMA WRITE of `len` bytes from the QP.
+  void post_write(uint32_t len) {
+    ibv_sge s{reinterpret_cast<uint64_t>(mem.data() + 32), len, mr->key};
+    ibv_send_wr w{};
+    w.wr_id = 7;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.wr.rdma.remote_addr = 0x1000;
+    w.wr.rdma.rkey = 0x1234;
+    ASSERT_EQ(engine->post_send(qp, &w, nullptr), 0);
+  }
+  bool ecn_ = true;
+};
+
+TEST_F(CongestionRp, DataLeavesEct0AndACnpFromThePeerCutsTheRate) {
+  post_write(64);
+  std::vector<ParsedPacket> out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ip4.ecn, kEcnEct0);
+  EXPECT_FALSE(qp->dcqcn.limited());
+
+  cnp(qp->qpn);
+  step();
+  EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 1u);
+  EXPECT_EQ(engine->counters()[Counter::cc_rate_cuts], 1u);
+  ASSERT_TRUE(qp->dcqcn.limited());
+  EXPECT_DOUBLE_EQ(qp->dcqcn.rate_mbps(), 500);
+  CcQpStats st[4];
+  ASSERT_EQ(engine->cc_limited_qps(st, 4), 1u);
+  EXPECT_EQ(st[0].qpn, qp->qpn);
+  EXPECT_EQ(st[0].rate_mbps, 500u);
+  EXPECT_EQ(st[0].alpha_1024, 1024u);
+}
+
+TEST_F(CongestionRp, CnpsFromStrangersOrForOtherQpsChangeNothing) {
+  send_src = {10, 0, 0, 77};  // not the QP's peer
+  cnp(qp->qpn);
+  step();
+  send_src = kIpA;
+  cnp(qp->qpn + 1);  // no such QP
+  step();
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_cnp], 2u);
+  EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 0u);
+  EXPECT_FALSE(qp->dcqcn.limited());
+}
+
+TEST_F(CongestionRp, ThePacerSpacesPacketsByTheirWireTimeAtTheCutRate) {
+  cnp(qp->qpn);
+  step();
+  ASSERT_DOUBLE_EQ(qp->dcqcn.rate_mbps(), 500);
+  post_write(4096);  // 4 packets of 1024 bytes (MTU 1024)
+  std::vector<uint64_t> at;
+  size_t frame_len = 0;
+  for (int i = 0; i < 1000 && at.size() < 4; ++i) {
+    for (const ParsedPacket& p : step()) {
+      ASSERT_NE(p.hdr.bth.opcode, opcode::kCnp);
+      at.push_back(now);
+    }
+    if (!sent.empty()) frame_len = sent[0].size();
+  }
+  ASSERT_EQ(at.size(), 4u);
+  // At 500 Mb/s a frame of ~1.1 KB takes ~17 us. The pacer lets the first packets use up to
+  // 20 us it was late by; after that each waits its predecessor's wire time.
+  const double wire_ns = static_cast<double>(frame_len) * 8 * 1000 / 500;
+  const double span = static_cast<double>(at.back() - at.front());
+  EXPECT_GE(span, 3 * wire_ns - 20'000 - 1);
+  EXPECT_LE(span, 3 * wire_ns + 4'000);
+  EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);
+  // The rate timer brings it back to line rate: fast recovery halves the distance to the
+  // target (the line rate: the first cut was from there) every 300 us, 500 -> 996 Mb/s in
+  // seven steps, within the 5 Mb/s AI step of 1000: free again, and the pacer stops.
+  for (int i = 0; i < 6; ++i) {
+    now += 300'000;
+    step();
+  }
+  EXPECT_TRUE(qp->dcqcn.limited());
+  now += 300'000;
+  step();
+  EXPECT_FALSE(qp->dcqcn.limited());
+}
+
+class CongestionRpOff : public CongestionRp {
+ protected:
+  void configure(EngineConfig& cfg) override {
+    ecn_ = false;
+    CongestionRp::configure(cfg);
+  }
+};
+
+TEST_F(CongestionRpOff, WithEcnOffPacketsAreNotEctAndCnpsAreOnlyCounted) {
+  post_write(64);
+  std::vector<ParsedPacket> out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ip4.ecn, kEcnNotEct);
+  cnp(qp->qpn);
+  step();
+  EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 1u);
+  EXPECT_EQ(engine->counters()[Counter::cc_rate_cuts], 0u);
+  EXPECT_FALSE(qp->dcqcn.limited());
+}
+
+// ---- Incast through a simulated switch ------------------------------------------------------
+
+struct IncastResult {
+  std::vector<uint64_t> bytes;  // per sender, WRITE bytes completed in the measured window
+  double goodput_share = 0;     // of the bottleneck's rate
+  double jain = 0;
+  uint64_t dropped = 0, marked = 0, max_backlog = 0, retransmitted = 0, cnps = 0, failed = 0;
+  uint64_t dropped_warmup = 0;  // of `dropped`, before the measured window
+  uint64_t steady_backlog = 0;  // the longest queue in the measured window (bytes)
+  double converge_ms = -1;  // late joiner: from its start until the shares are fair (see below)
+};
+
+struct IncastCase {
+  size_t senders;
+  double link_gbps;        // every link
+  double bottleneck_gbps;  // the switch's port to the receiver
+  // DCQCN's clock (timers, CNP spacing) is stretched and its increase steps shrunk by this
+  // factor: its defaults suit 10-100 Gb/s links; a 1 Gb/s bottleneck wants them 10 x slower.
+  double scale;
+  uint64_t late_ns = 0;  // the last sender starts this late (0: with the others)
+};
+
+void PrintTo(const IncastCase& c, std::ostream* os) {
+  *os << c.senders << " senders at " << c.link_gbps << " Gb/s into " << c.bottleneck_gbps
+      << " Gb/s, DCQCN's clock x" << c.scale;
+}
+
+/// `c.senders` engines each keep four 64 KiB WRITEs in flight to one receiver through a
+/// switch whose egress to it is the bottleneck. Measured over [warmup, end) of simulated
+/// time.
+IncastResult incast(const IncastCase& c, bool ecn, uint64_t warmup_ns, uint64_t end_ns) {
+  const size_t senders = c.senders;
+  drivers::MemSwitch::Config sc;
+  sc.ports = static_cast<uint32_t>(senders + 1);
+  // A 256 KiB queue and DCTCP-style step marking (every ECT packet that leaves more than
+  // 16 KiB behind it is marked CE, at dequeue: the mark reports the queue as it is now).
+  sc.link_gbps = c.link_gbps;
+  sc.rate_gbps = c.bottleneck_gbps;
+  sc.queue_bytes = 256 * 1024;
+  sc.kmin_bytes = 16 * 1024;
+  sc.kmax_bytes = 16 * 1024 + 1;
+  sc.mark_on_dequeue = true;
+  sc.max_frame_len = 4352;  // MTU 4096 frames
+  drivers::MemSwitch sw(sc);
+  const auto ip = [](size_t i) { return wire::Ipv4Addr{10, 0, 1, static_cast<uint8_t>(i + 1)}; };
+  std::vector<std::unique_ptr<Engine>> eng;
+  for (size_t i = 0; i <= senders; ++i) {
+    EngineConfig cfg;
+    cfg.ipv4 = ip(i);
+    cfg.seed = i + 1;
+    cfg.key_seed = i + 100;
+    cfg.cc.ecn = ecn;
+    cfg.cc.dcqcn.line_rate_mbps = sc.link_gbps * 1000;
+    const auto stretch = [&c](uint64_t ns) { return static_cast<uint64_t>(static_cast<double>(ns) * c.scale); };
+    cfg.cc.min_time_between_cnps_ns = stretch(cfg.cc.min_time_between_cnps_ns);
+    cfg.cc.dcqcn.dce_tcp_rtt_ns = stretch(cfg.cc.dcqcn.dce_tcp_rtt_ns);
+    cfg.cc.dcqcn.rpg_time_reset_ns = stretch(cfg.cc.dcqcn.rpg_time_reset_ns);
+    cfg.cc.dcqcn.rate_reduce_monitor_period_ns = stretch(cfg.cc.dcqcn.rate_reduce_monitor_period_ns);
+    cfg.cc.dcqcn.rpg_ai_rate_mbps /= c.scale;
+    cfg.cc.dcqcn.rpg_hai_rate_mbps /= c.scale;
+    eng.push_back(std::make_unique<Engine>(sw.port(i), cfg));
+  }
+  for (size_t i = 0; i <= senders; ++i)
+    for (size_t j = 0; j <= senders; ++j)
+      if (i != j) eng[i]->set_neighbor(wire::ipv4_mapped_gid(ip(j)), sw.port(j).mac());
+
+  Engine& rx = *eng[0];
+  mem::Pd* rpd = rx.alloc_pd();
+  std::vector<uint8_t> sink(1 << 20);
+  mem::Mr* smr = rx.reg_mr(rpd, sink.data(), sink.size(), IBV_ACCESS_LOCAL_WRITE |
+                                                             IBV_ACCESS_REMOTE_WRITE);
+  Cq* rcq = rx.create_cq(1024);
+  constexpr uint32_t kMsg = 64 * 1024;
+  constexpr int kDepth = 4;  // 256 KiB in flight per sender: with two, more than the queue
+  struct Sender {
+    mem::Pd* pd;
+    Cq* cq;
+    Qp* qp;
+    mem::Mr* mr;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(kMsg, 0x5a);
+    uint64_t done_bytes = 0;
+  };
+  std::vector<Sender> tx(senders);
+  QpOptions o;
+  o.mtu = IBV_MTU_4096;
+  o.max_send_wr = 64;
+  o.retry_cnt = 7;
+  o.timeout = 14;  // 67 ms, perftest's
+  for (size_t s = 0; s < senders; ++s) {
+    Engine& e = *eng[s + 1];
+    Sender& t = tx[s];
+    t.pd = e.alloc_pd();
+    t.cq = e.create_cq(256);
+    t.mr = e.reg_mr(t.pd, t.buf.data(), t.buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = &t.cq->ibv;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap = {64, 4, 1, 1, 0};
+    t.qp = e.create_qp(t.pd, &ia);
+    ia.send_cq = ia.recv_cq = &rcq->ibv;
+    Qp* r = rx.create_qp(rpd, &ia);
+    EXPECT_EQ(connect_qp(e, t.qp, r->qpn, ip(0), o), 0);
+    EXPECT_EQ(connect_qp(rx, r, t.qp->qpn, ip(s + 1), o), 0);
+  }
+  const auto post = [&](Sender& t, Engine& e) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(t.buf.data()), kMsg, t.mr->key};
+    ibv_send_wr w{};
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(sink.data());
+    w.wr.rdma.rkey = smr->key;
+    EXPECT_EQ(e.post_send(t.qp, &w, nullptr), 0);
+  };
+  const auto start = [&](size_t s) {
+    for (int k = 0; k < kDepth; ++k) post(tx[s], *eng[s + 1]);
+  };
+  for (size_t s = 0; s < senders; ++s)
+    if (s + 1 < senders || c.late_ns == 0) start(s);
+  // Each sender's completed bytes per millisecond since the late one started.
+  std::vector<std::vector<uint64_t>> per_ms(senders);
+
+  IncastResult r;
+  for (uint64_t now = 0; now < end_ns; now += 1000) {
+    if (c.late_ns != 0 && now == c.late_ns) start(senders - 1);
+    for (auto& e : eng) e->poll(now);
+    if (now >= warmup_ns) r.steady_backlog = std::max(r.steady_backlog, sw.port(0).backlog(now));
+    for (size_t s = 0; s < senders; ++s) {
+      ibv_wc wc[8];
+      const int n = eng[s + 1]->poll_cq(tx[s].cq, 8, wc);
+      for (int k = 0; k < n; ++k) {
+        if (wc[k].status != IBV_WC_SUCCESS) {
+          ++r.failed;  // the QP is in error: nothing more to post
+          continue;
+        }
+        if (now >= warmup_ns) tx[s].done_bytes += kMsg;
+        if (c.late_ns != 0 && now >= c.late_ns) {
+          const size_t ms = static_cast<size_t>((now - c.late_ns) / 1'000'000);
+          if (per_ms[s].size() <= ms) per_ms[s].resize(ms + 1);
+          per_ms[s][ms] += kMsg;
+        }
+        if (now < warmup_ns) r.dropped_warmup = sw.port(0).egress().dropped;
+        post(tx[s], *eng[s + 1]);
+      }
+    }
+  }
+  double sum = 0, sq = 0;
+  for (const Sender& t : tx) {
+    r.bytes.push_back(t.done_bytes);
+    sum += static_cast<double>(t.done_bytes);
+    sq += static_cast<double>(t.done_bytes) * static_cast<double>(t.done_bytes);
+  }
+  r.jain = sq > 0 ? sum * sum / (static_cast<double>(senders) * sq) : 0;
+  r.goodput_share = sum * 8 / static_cast<double>(end_ns - warmup_ns) / sc.rate_gbps;
+  if (c.late_ns != 0) {
+    // Converged: the first moment from which Jain's index over every window of W ms stays
+    // at 0.95 or more (W = 5 ms of DCQCN's clock: 5 ms, or 50 ms stretched ten times).
+    const size_t w = static_cast<size_t>(5 * c.scale);
+    size_t len = 0;
+    for (const auto& v : per_ms) len = std::max(len, v.size());
+    for (auto& v : per_ms) v.resize(len);
+    std::vector<bool> fair;
+    for (size_t m = 0; m + w <= len; ++m) {
+      double all = 0, squares = 0;
+      for (const auto& v : per_ms) {
+        const double b = static_cast<double>(std::accumulate(
+            v.begin() + static_cast<long>(m), v.begin() + static_cast<long>(m + w), uint64_t{0}));
+        all += b;
+        squares += b * b;
+      }
+      fair.push_back(squares > 0 && all * all / (static_cast<double>(senders) * squares) >= 0.95);
+    }
+    for (size_t m = 0; m < fair.size(); ++m) {
+      if (std::all_of(fair.begin() + static_cast<long>(m), fair.end(), [](bool f) { return f; })) {
+        r.converge_ms = static_cast<double>(m);
+        break;
+      }
+    }
+  }
+  const auto& eg = sw.port(0).egress();
+  r.dropped = eg.dropped;
+  r.marked = eg.marked;
+  r.max_backlog = eg.max_backlog;
+  for (size_t s = 1; s <= senders; ++s) {
+    r.retransmitted += eng[s]->counters()[Counter::retransmitted_pkts];
+    r.cnps += eng[s]->counters()[Counter::cnp_rcvd];
+  }
+  return r;
+}
+
+void print(const char* what, const IncastResult& r) {
+  std::printf("%s: goodput %.3f of the bottleneck, Jain %.3f, dropped %llu, marked %llu, "
+              "(%llu in warmup) max backlog %llu B (%llu B measured), retransmitted %llu, CNPs %llu, failed WRs %llu; per sender MB:",
+              what, r.goodput_share, r.jain, static_cast<unsigned long long>(r.dropped),
+              static_cast<unsigned long long>(r.marked),
+              static_cast<unsigned long long>(r.dropped_warmup),
+              static_cast<unsigned long long>(r.max_backlog),
+              static_cast<unsigned long long>(r.steady_backlog),
+              static_cast<unsigned long long>(r.retransmitted),
+              static_cast<unsigned long long>(r.cnps), static_cast<unsigned long long>(r.failed));
+  for (uint64_t b : r.bytes) std::printf(" %.2f", static_cast<double>(b) / 1e6);
+  std::printf("\n");
+}
+
+class Incast : public ::testing::TestWithParam<IncastCase> {};
+
+TEST_P(Incast, DcqcnFillsTheBottleneckFairlyWithoutLoss) {
+  const IncastCase& c = GetParam();
+  constexpr uint64_t kWarmup = 20'000'000, kEnd = 220'000'000;  // 200 ms measured
+  const IncastResult on = incast(c, true, kWarmup, kEnd);
+  print("DCQCN on ", on);
+  EXPECT_GE(on.goodput_share, 0.95);
+  EXPECT_GE(on.jain, 0.97);
+  EXPECT_EQ(on.failed, 0u);
+  EXPECT_GT(on.cnps, 0u);
+  // The first burst (every sender starts at its line rate) may overflow the queue; once the
+  // rates are cut, nothing is lost and the queue stays short.
+  EXPECT_EQ(on.dropped, on.dropped_warmup);
+  EXPECT_LT(on.steady_backlog, 64u * 1024);
+
+  // The same incast, ECN-blind (uroce before congestion control): the switch drops instead
+  // of marking, go-back-N resends whole windows into the same queue, and little gets through.
+  const IncastResult off = incast(c, false, kWarmup, kEnd);
+  print("DCQCN off", off);
+  EXPECT_GT(off.dropped - off.dropped_warmup, 0u);
+  EXPECT_LT(off.goodput_share, on.goodput_share / 2);
+}
+
+TEST_P(Incast, ALateSender) {
+  IncastCase c = GetParam();
+  c.late_ns = 50'000'000;
+  const IncastResult r = incast(c, true, 50'000'000, 50'000'000 + 300'000'000);
+  print("late join", r);
+  std::printf("fair (Jain >= 0.95 over every window of %.0f ms) %.0f ms after the late sender "
+              "started (-1: not within 300 ms)\n", 5 * c.scale, r.converge_ms);
+  // The newcomer starts at its line rate into a standing queue: a few of its first packets
+  // may be lost (DCQCN is meant to run beside PFC), and nobody's QP fails.
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_LT(r.dropped - r.dropped_warmup, 200u);
+  EXPECT_GE(r.goodput_share, 0.90);
+  // At DCQCN's own clock the shares even out within ~100 ms. Stretched ten times (1 Gb/s),
+  // DCQCN's slow additive increase leaves the incumbents behind for longer than the run
+  // (measured: not fair within 300 ms at 2:1, 209 ms at 4:1): reported, not asserted.
+  if (c.scale == 1) {
+    ASSERT_GE(r.converge_ms, 0);
+    EXPECT_LE(r.converge_ms, 150);
+  }
+}
+
+// 40 Gb/s senders into 10 Gb/s with DCQCN's defaults; 10 Gb/s senders into 1 Gb/s with its
+// clock stretched ten times (as tools/bench/incast.sh runs the live testbed).
+INSTANTIATE_TEST_SUITE_P(Senders, Incast,
+                         ::testing::Values(IncastCase{2, 40, 10, 1}, IncastCase{4, 40, 10, 1},
+                                           IncastCase{2, 10, 1, 10}, IncastCase{4, 10, 1, 10}),
+                         [](const ::testing::TestParamInfo<IncastCase>& i) {
+                           return std::to_string(i.param.senders) + "to1_at_" +
+                                  std::to_string(static_cast<int>(i.param.bottleneck_gbps)) + "G";
+                         });
+
+}  // namespace
+}  // namespace uroce::test
