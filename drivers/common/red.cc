@@ -48,6 +48,14 @@ void mark_ce(uint8_t* b, bool ipv6) {
 
 }  // namespace
 
+bool set_ce(uint8_t* f, size_t len) {
+  bool ipv6 = false;
+  uint8_t* ecn = ecn_byte(f, len, &ipv6);
+  if (ecn == nullptr) return false;
+  mark_ce(ecn, ipv6);
+  return true;
+}
+
 RedVerdict red_judge(const RedConfig& c, uint64_t q, uint8_t* f, size_t len, std::mt19937_64& rng) {
   if (q <= c.kmin_bytes) return RedVerdict::kPass;
   bool ipv6 = false;

@@ -24,4 +24,8 @@ enum class RedVerdict { kPass, kMarked, kDrop };
 /// bytes; kMarked means CE was set in the frame (and the IPv4 header checksum redone).
 RedVerdict red_judge(const RedConfig& c, uint64_t q, uint8_t* f, size_t len, std::mt19937_64& rng);
 
+/// Sets CE in an IPv4 or IPv6 frame whatever its ECN bits were (the IPv4 checksum redone);
+/// false, untouched, if it is neither. For the fault injector, which marks on purpose.
+bool set_ce(uint8_t* f, size_t len);
+
 }  // namespace uroce::drivers

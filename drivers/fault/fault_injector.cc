@@ -1,5 +1,7 @@
 #include "fault/fault_injector.h"
 
+#include "common/red.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -150,6 +152,7 @@ FaultInjector::Counters FaultInjector::counters() const {
   s.duplicated = a.duplicated + b.duplicated;
   s.dup_skipped = a.dup_skipped + b.dup_skipped;
   s.corrupted = a.corrupted + b.corrupted;
+  s.ce_marked = a.ce_marked + b.ce_marked;
   s.reordered = a.reordered + b.reordered;
   s.delayed = a.delayed + b.delayed;
   s.overflowed = a.overflowed + b.overflowed;
@@ -192,6 +195,7 @@ void FaultInjector::process(Lane& l, Frame* f, uint64_t now_ns) {
     }
   }
   if (chance(l, cfg_.corrupt)) corrupt(l, f);
+  if (chance(l, cfg_.ce) && set_ce(f->data, f->len)) ++l.c.ce_marked;
   reorder_stage(l, f, now_ns);
   if (copy != nullptr) {
     if (chance(l, cfg_.corrupt)) corrupt(l, copy);

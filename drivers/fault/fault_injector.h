@@ -10,6 +10,10 @@
 //                 empty: counted in dup_skipped)
 //   corrupt    -> one random bit of one random byte flipped, for the frame and for its copy
 //                 independently (the engine's ICRC check must then drop it)
+//   ce         -> the IP header's ECN bits set to CE (congestion experienced), as a switch
+//                 marks a packet, whatever they were (a switch marks only ECN-capable ones:
+//                 this also marks a peer's Not-ECT packets, to test a receiver against peers
+//                 that never ask for it); the ICRC does not cover them
 //   reorder    -> held aside with probability `reorder` until k later frames have passed,
 //                 k uniform in [1, reorder_window]; so no frame comes out more than
 //                 reorder_window positions after its place in the input. At most
@@ -55,6 +59,7 @@ struct FaultConfig {
   double loss = 0.0;              // probability a frame is dropped
   double duplicate = 0.0;         // probability a frame is sent twice
   double corrupt = 0.0;           // probability one bit of a frame is flipped
+  double ce = 0.0;                // probability an IP frame is marked CE
   uint32_t reorder_window = 0;    // max positions a reordered frame falls back (0: off)
   double reorder = 0.0;           // probability a frame is held back for reordering
   uint64_t reorder_hold_ns = 0;   // longest a reordered frame is held (0: until overtaken)
@@ -74,6 +79,7 @@ class FaultInjector final : public PortDecorator {
     uint64_t duplicated = 0;   // copies made
     uint64_t dup_skipped = 0;  // copies not made because the pool was empty
     uint64_t corrupted = 0;    // frames with one bit flipped
+    uint64_t ce_marked = 0;    // frames marked CE
     uint64_t reordered = 0;    // frames held back for reordering
     uint64_t delayed = 0;      // frames put through the delay queue
     uint64_t overflowed = 0;   // of dropped: the delay queue (or rx ready queue) was full

@@ -194,7 +194,7 @@ std::string parse_dcqcn(const std::string& text, DcqcnConfig* out) {
 
 std::string parse_fault(const std::string& text, FaultSpec* out) {
   static const char* const kHelp =
-      " (e.g. fault = loss=0.01,reorder=0.05; keys: loss, duplicate, corrupt, reorder, window, "
+      " (e.g. fault = loss=0.01,reorder=0.05; keys: loss, duplicate, corrupt, ce, reorder, window, "
       "hold_us, delay_us, jitter_us, seed, side)";
   FaultSpec f;
   f.enabled = true;
@@ -208,9 +208,13 @@ std::string parse_fault(const std::string& text, FaultSpec* out) {
     }
     double x = 0;
     if (!parse_number(v, &x) || x < 0) return "fault '" + item + "' needs a number >= 0" + kHelp;
-    if (k == "loss" || k == "duplicate" || k == "corrupt" || k == "reorder") {
+    if (k == "loss" || k == "duplicate" || k == "corrupt" || k == "reorder" || k == "ce") {
       if (x > 1) return "fault " + k + " '" + v + "' is a probability from 0 to 1" + kHelp;
-      (k == "loss" ? f.loss : k == "duplicate" ? f.duplicate : k == "corrupt" ? f.corrupt : f.reorder) = x;
+      (k == "loss"        ? f.loss
+       : k == "duplicate" ? f.duplicate
+       : k == "corrupt"   ? f.corrupt
+       : k == "ce"        ? f.ce
+                          : f.reorder) = x;
     } else if (k == "window") {
       if (x < 1 || x > 64) return "fault window '" + v + "' must be 1..64";
       f.reorder_window = static_cast<uint32_t>(x);

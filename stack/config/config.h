@@ -29,7 +29,7 @@
 //   min_time_between_cnps = 50    # microseconds, per QP
 //   dcqcn   = rpg_ai_rate=20,rpg_time_reset=100   # DCQCN's knobs (NVIDIA's names)
 //
-// fault keys: loss, duplicate, corrupt, reorder (probabilities 0..1), window (reorder
+// fault keys: loss, duplicate, corrupt, ce, reorder (probabilities 0..1), window (reorder
 // distance, default 4 when reorder is set), delay_us, jitter_us, seed, side=tx|rx|both
 // (default tx). See drivers/fault/fault_injector.h for what each does.
 //
@@ -58,6 +58,7 @@ struct FaultSpec {
   double loss = 0.0;
   double duplicate = 0.0;
   double corrupt = 0.0;
+  double ce = 0.0;  // mark IP frames congestion experienced (fault_injector.h)
   double reorder = 0.0;
   uint32_t reorder_window = 0;
   uint64_t reorder_hold_ns = 0;  // set with reorder (default 1 ms): see FaultConfig

@@ -584,6 +584,7 @@ Runtime* open_runtime(Device* d) {
     fc.loss = dc.fault.loss;
     fc.duplicate = dc.fault.duplicate;
     fc.corrupt = dc.fault.corrupt;
+    fc.ce = dc.fault.ce;
     fc.reorder = dc.fault.reorder;
     fc.reorder_window = dc.fault.reorder_window;
     fc.reorder_hold_ns = dc.fault.reorder_hold_ns;

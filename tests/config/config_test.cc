@@ -102,7 +102,9 @@ TEST(Config, FaultSettingDescribesTheInjector) {
   EXPECT_TRUE(f.rx_side);
   EXPECT_EQ(f.delay_ns, 2500u);
   FaultSpec g;
-  ASSERT_EQ(parse_fault("corrupt=0.5,window=9,side=rx,reorder=0.1,hold_us=50", &g), "");
+  ASSERT_EQ(parse_fault("corrupt=0.5,window=9,side=rx,reorder=0.1,hold_us=50,ce=0.25", &g), "");
+  EXPECT_DOUBLE_EQ(g.ce, 0.25);
+  EXPECT_NE(parse_fault("ce=2", &g).find("probability"), std::string::npos);
   EXPECT_EQ(g.reorder_window, 9u);
   EXPECT_EQ(g.reorder_hold_ns, 50'000u);
   EXPECT_NE(parse_fault("reorder=0.1,hold_us=0", &g), "");

@@ -341,6 +341,35 @@ TEST(DissectCli, LadderWritesOneSelfContainedPage) {
   std::remove(page.c_str());
 }
 
+TEST(DissectCli, LadderShowsCongestionMarksCnpsAndDcqcnCuts) {
+  // uroce's rdma_verify with 30 % of its packets marked CE on the way out (UROCE_FAULT=ce=0.3):
+  // the peer answers with CNPs, and the .verbs file beside the capture has DCQCN's cuts.
+  const std::string cap = pcap_path("uroce-dcqcn_cnp.pcap");
+  const std::string svg = ::testing::TempDir() + "/ladder_dcqcn.svg";
+  const auto ok = run_tool({"--ladder", svg, cap});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const auto summary = run_tool({cap});
+  ASSERT_NE(summary.out.find("CNP 7"), std::string::npos) << summary.out;
+  EXPECT_EQ(count("<g class=\"pkt cnp\">"), 7u);  // the CNP colour, one arrow each
+  // Every packet marked CE says so on its arrow (the capture is taken after the marking).
+  const auto json = run_tool({"--json", cap});
+  size_t marked = 0;
+  for (size_t at = json.out.find("\"ecn\":3,"); at != std::string::npos;
+       at = json.out.find("\"ecn\":3,", at + 1))
+    ++marked;
+  EXPECT_EQ(marked, 13u);
+  EXPECT_EQ(count("ECN=CE"), marked);
+  EXPECT_GE(count("DCQCN cut: QP 0x000011 at "), 7u);
+  std::remove(svg.c_str());
+}
+
 TEST(DissectCli, LadderAsSvgHasAnArrowPerPacket) {
   const std::string cap = pcap_path("kernel-rxe-lossy_send_bw_4096-head.pcap");
   const std::string svg = ::testing::TempDir() + "/ladder_cli.svg";

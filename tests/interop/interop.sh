@@ -186,6 +186,10 @@ RACE_TRIES=8
 # last read: rdma-core's rpoll reports POLLHUP at once, with data still unread, and rstream
 # counts POLLHUP as an error. uroce's rpoll reports the hang-up once the data was read (as
 # TCP does), so the async case runs with uroce as the reading client (u2k) only.
+# The ce_ cases mark CE on 30 % of what uroce sends and receives (its fault injector, as a
+# congested switch would): uroce answers the kernel's marked packets with CNPs, which rxe
+# ignores (it has no congestion control), and rxe ignores the marks on ours; the transfer
+# must not notice (issue 23: uroce must not break a peer that does not react).
 # NAME|DIRECTION|PROGRAM AND ARGS (both sides)|GUEST NETEM|UROCE FAULT
 #   DIRECTION u2k: uroce is the client, the kernel the server; k2u: the other way round.
 #   Both sides get the same arguments plus their device and GID index; perftest gets -F
@@ -240,6 +244,8 @@ rs_rstream|both|rstream -T v -S 65536 -C 300||
 rs_rstream_async|u2k|rstream -T v -T a -T n -S 4096 -C 2000||
 rs_riostream|both|riostream -T v -S 65536 -C 10 -I 20||
 lossy5_rs_rstream|both|rstream -T v -S 65536 -C 40|loss 5%|loss=0.05,seed=51
+ce_verify|both|rdma_verify -s 10000 -n 30 -m 1024||ce=0.3,side=both,seed=61
+ce_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024||ce=0.3,side=both,seed=62
 EOF
 )
 

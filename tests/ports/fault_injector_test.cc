@@ -13,6 +13,8 @@
 #include "alloc_counter.h"
 #include "memlink/memlink.h"
 #include "test_frames.h"
+#include "wire/ipv4.h"
+#include "wire/packet.h"
 
 namespace uroce::drivers {
 namespace {
@@ -216,6 +218,51 @@ TEST(FaultInjector, CorruptOneFlipsExactlyOneBitPerFrame) {
     }
     EXPECT_GT(positions.size(), 100u) << "the flipped bit should move around";
     EXPECT_EQ(fi.counters().corrupted, 500u);
+  }
+  expect_pool_full(link);
+}
+
+TEST(FaultInjector, CeMarksIpFramesCongestedAndLeavesTheRestAlone) {
+  MemLink link;
+  FaultConfig cfg;
+  cfg.seed = 6;
+  cfg.ce = 1.0;
+  // A RoCEv2 WRITE over IPv4, ECN-capable, and one over IPv6 sent Not-ECT.
+  std::vector<std::vector<uint8_t>> frames;
+  for (bool v6 : {false, true}) {
+    wire::RoceHeaders h;
+    h.ipv6 = v6;
+    h.ip4.src = {10, 0, 0, 1};
+    h.ip4.dst = {10, 0, 0, 2};
+    h.ip4.ecn = wire::kEcnEct0;
+    h.ip6.src[15] = 1;
+    h.ip6.dst[15] = 2;
+    h.bth.opcode = wire::opcode::kRcWriteOnly;
+    h.ext.reth = {0x1000, 0x42, 8};
+    const std::vector<uint8_t> payload(8, 0x5a);
+    std::vector<uint8_t> f(wire::frame_len(h, payload.size()));
+    ASSERT_EQ(wire::build_frame(h, payload, f), f.size());
+    frames.push_back(f);
+  }
+  {
+    FaultInjector fi(link.a(), cfg);
+    for (const auto& bytes : frames) {
+      Frame* f = fi.alloc_frame();
+      std::copy(bytes.begin(), bytes.end(), f->data);
+      f->len = static_cast<uint32_t>(bytes.size());
+      ASSERT_EQ(fi.tx_burst(0, std::span<Frame* const>(&f, 1)), 1u);
+    }
+    send(fi, 0, 0, 3);  // not IP: untouched, not counted
+    const auto got = drain(link.b(), 0);
+    ASSERT_EQ(got.size(), 5u);
+    for (size_t i = 0; i < 2; ++i) {
+      wire::ParsedPacket p;
+      // Still a valid packet: the IPv4 checksum was redone, and the ICRC leaves ECN out.
+      ASSERT_EQ(wire::parse_frame(got[i].bytes, p), wire::ParseError::kOk) << i;
+      EXPECT_EQ(p.hdr.ipv6 ? p.hdr.ip6.traffic_class & 3 : p.hdr.ip4.ecn, wire::kEcnCe) << i;
+    }
+    for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(got[2 + i].bytes, frame_bytes(i));
+    EXPECT_EQ(fi.counters().ce_marked, 2u);
   }
   expect_pool_full(link);
 }

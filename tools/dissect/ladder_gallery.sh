@@ -31,3 +31,4 @@ shot ud_send kernel-rxe-ud_pingpong-head.pcap 15 15
 shot cm_connect kernel-rxe-rping_cm.pcap 1 3
 shot verbs_rc_pingpong uroce-rc_pingpong-verbs.pcap - 19
 shot read_lost_response uroce-read_lost_response.pcap 86 96 "&collapse=0"
+shot dcqcn_cnp uroce-dcqcn_cnp.pcap - 12 "&collapse=0"
