@@ -157,6 +157,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ecn_switch: %s: %s\n", samples_path.c_str(), std::strerror(errno));
     return 1;
   }
+  struct Row {
+    double t;
+    std::array<uint64_t, 16> rx;
+    uint64_t tx, queue, marked, dropped;
+  };
+  std::vector<Row> rows;
+  rows.reserve(20 * 3600);  // an hour of samples, allocated now
+  if (ports.size() > 16) usage("at most 16 interfaces");
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
 
@@ -229,11 +237,13 @@ int main(int argc, char** argv) {
       --q_len;
     }
     if (samples != nullptr && now >= next_sample) {
-      std::fprintf(samples, "%.4f", static_cast<double>(now - start) / 1e9);
-      for (const Port& p : ports) std::fprintf(samples, " %llu", static_cast<unsigned long long>(p.rx_bytes));
-      std::fprintf(samples, " %llu %llu %llu %llu\n", static_cast<unsigned long long>(tx_bytes),
-                   static_cast<unsigned long long>(backlog(now)),
-                   static_cast<unsigned long long>(marked), static_cast<unsigned long long>(dropped));
+      // Kept in memory and written at the end: a write to a file can block for tens of ms
+      // when the machine writes a lot (dirty page throttling), and the switch must not stop.
+      if (rows.size() < rows.capacity()) {
+        Row r{static_cast<double>(now - start) / 1e9, {}, tx_bytes, backlog(now), marked, dropped};
+        for (size_t i = 0; i < ports.size() && i < r.rx.size(); ++i) r.rx[i] = ports[i].rx_bytes;
+        rows.push_back(r);
+      }
       next_sample += 50'000'000;
     }
     // Sleep until a frame arrives or the next one is due to leave.
@@ -277,6 +287,16 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(marked), static_cast<unsigned long long>(dropped),
               static_cast<unsigned long long>(dropped_full), static_cast<unsigned long long>(dropped_red),
               static_cast<unsigned long long>(max_q));
-  if (samples != nullptr) std::fclose(samples);
+  if (samples != nullptr) {
+    for (const Row& r : rows) {
+      std::fprintf(samples, "%.4f", r.t);
+      for (size_t i = 0; i < ports.size() && i < r.rx.size(); ++i)
+        std::fprintf(samples, " %llu", static_cast<unsigned long long>(r.rx[i]));
+      std::fprintf(samples, " %llu %llu %llu %llu\n", static_cast<unsigned long long>(r.tx),
+                   static_cast<unsigned long long>(r.queue), static_cast<unsigned long long>(r.marked),
+                   static_cast<unsigned long long>(r.dropped));
+    }
+    std::fclose(samples);
+  }
   return 0;
 }
