@@ -269,6 +269,20 @@ int main(int argc, char** argv) {
     const std::string dev = argv[2];
     CHECK(std::system(("ip link set dev " + dev + " down").c_str()) == 0, "ip link down");
     CHECK(std::system(("ip link set dev " + dev + " up").c_str()) == 0, "ip link up");
+    // The kernel brings the pair's carrier back in its link watch, up to a second later on a
+    // busy machine; until then what is sent is dropped on the way out. Wait for both ends.
+    for (const char* end : {argv[1], argv[2]}) {
+      bool up = false;
+      for (int i = 0; i < 500 && !up; ++i) {
+        char state[16] = {};
+        if (std::FILE* f = std::fopen(("/sys/class/net/" + std::string(end) + "/operstate").c_str(), "re")) {
+          up = std::fscanf(f, "%15s", state) == 1 && std::strcmp(state, "up") == 0;
+          std::fclose(f);
+        }
+        if (!up) poll(nullptr, 0, 10);
+      }
+      CHECK(up, "%s did not come back up within 5 s", end);
+    }
     for (int round = 0; round < 2; ++round) {
       std::vector<std::vector<uint8_t>> want;
       Frame* run[5];
