@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <sched.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -158,7 +159,7 @@ std::string parse_dcqcn(const std::string& text, DcqcnConfig* out) {
     double x = 0;
     if (!parse_number(v, &x) || x < 0) return "dcqcn '" + item + "' needs a number >= 0" + kHelp;
     const auto us = [x] { return static_cast<uint64_t>(x * 1000.0); };
-    const auto whole = [x](double lo, double hi) { return x >= lo && x <= hi && x == static_cast<uint64_t>(x); };
+    const auto whole = [x](double lo, double hi) { return x >= lo && x <= hi && std::trunc(x) == x; };
     if (k == "rpg_time_reset" && x >= 1 && x <= 1e7) {
       d.rpg_time_reset_ns = us();
     } else if (k == "dce_tcp_rtt" && x >= 1 && x <= 1e7) {
