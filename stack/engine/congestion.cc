@@ -4,9 +4,10 @@
 //                            was filling) is answered with a CNP to the QP that sent it, at
 //                            most one per min_time_between_cnps per QP.
 //   reaction point (RP)      a CNP for one of our QPs cuts its rate (DCQCN); a pacer spaces
-//                            the requester's packets by their wire time at that rate (at the
-//                            line rate when not cut), and two timers (alpha, rate increase)
-//                            and a byte counter bring it back up.
+//                            the requester's packets by their wire time at that rate (and,
+//                            when the line rate was given by hand, at the line rate before
+//                            any cut), and two timers (alpha, rate increase) and a byte
+//                            counter bring it back up.
 //
 // A CNP (IBA annex A17, RoCEv2): BTH opcode 0x81, P_Key 0xFFFF, BECN set, DestQP = the QP that
 // sent the marked packet, PSN 0, 16 reserved bytes of zero, ICRC; IP DSCP cnp_dscp, Not-ECT.
