@@ -19,6 +19,7 @@
 #
 #   SENDERS="2 4"  RATE=1000 (Mb/s)  SECS=8  LATE=3 (s)  SWITCH=auto|kernel|user
 #   ECNS="1 0" (DCQCN on, off)  STARTS="0 $LATE" (together, one late)  SENDER_ENV="UROCE_X=.."
+#   PERFTEST_ARGS="-t 16" (more arguments for every ib_write_bw)
 #   KMIN=16384 KMAX=16385 PMAX=1 LIMIT=262144 (bytes: RED's thresholds, the queue's limit)
 #   OUT=docs/bench
 # Needs root and nothing else busy (2 cores run every process and the kernel's bridge).
@@ -133,7 +134,7 @@ run() {
   setup "$n"
   for i in $(seq 1 "$n"); do
     UROCE_ECN=$ecn ip netns exec "$rx" "$uroce" run --iface ic0 -- \
-      ib_write_bw -s 65536 -D "$secs" -p $((18600 + i)) >"$tmp/s$i.out" 2>&1 &
+      ib_write_bw -s 65536 -D "$secs" ${PERFTEST_ARGS:-} -p $((18600 + i)) >"$tmp/s$i.out" 2>&1 &
   done
   for i in $(seq 1 "$n"); do wait_listen "$rx" $((18600 + i)); done
   switch_start "$n" "$tmp/samples"
@@ -143,7 +144,7 @@ run() {
     if [ "$lt" != 0 ] && [ "$i" = "$n" ]; then delay=$lt; fi
     (sleep "$delay"
      UROCE_ECN=$ecn ip netns exec "uroce-ic-s$i" env ${SENDER_ENV:-} timeout $((secs + 30)) "$uroce" run --iface "ic$i" -- \
-       ib_write_bw -s 65536 -D "$d" -p $((18600 + i)) 10.93.0.100 >"$tmp/c$i.out" 2>&1) &
+       ib_write_bw -s 65536 -D "$d" ${PERFTEST_ARGS:-} -p $((18600 + i)) 10.93.0.100 >"$tmp/c$i.out" 2>&1) &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
