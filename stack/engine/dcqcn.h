@@ -18,9 +18,9 @@
 //
 // The parameter names and defaults are those NVIDIA's RNICs document for their DCQCN
 // (mlxreg / sysfs ecn/roce_rp): g = (1024 - dce_tcp_g) / 1024, so dce_tcp_g 1019 is
-// g = 5/1024, about the paper's 1/256. A rate is in Mb/s. The machine knows no clock of its
-// own: the engine calls it at the times its timers fire (stack/engine/congestion.cc) and
-// asks when they are due next, so tests can step it by hand.
+// g = 5/1024 (the paper uses 1/256). A rate is in Mb/s. The machine knows no clock of its
+// own: the engine arms the timers (stack/engine/congestion.cc) and calls in when they fire,
+// so tests can step it by hand.
 #pragma once
 
 #include <algorithm>
@@ -130,7 +130,7 @@ class Dcqcn {
     return any;
   }
 
-  /// The stage the next increase event would run in.
+  /// The stage the counters are in: the one the last increase event ran in.
   Stage stage() const {
     const uint32_t f = cfg_->rpg_threshold;
     if (std::max(t_, bc_) <= f) return Stage::kFastRecovery;
@@ -146,14 +146,17 @@ class Dcqcn {
  private:
   double g() const { return (1024 - std::min(cfg_->dce_tcp_g, 1024u)) / 1024.0; }
 
+  /// An increase event: T or BC has just been counted.
   void increase() {
-    const uint32_t f = cfg_->rpg_threshold;
-    if (std::max(t_, bc_) <= f) {
-      // fast recovery: halfway back to the target
-    } else if (std::min(t_, bc_) > f) {
-      rt_ += (std::min(t_, bc_) - f) * cfg_->rpg_hai_rate_mbps;
-    } else {
-      rt_ += cfg_->rpg_ai_rate_mbps;
+    switch (stage()) {
+      case Stage::kFastRecovery:  // halfway back to the target
+        break;
+      case Stage::kHyper:
+        rt_ += (std::min(t_, bc_) - cfg_->rpg_threshold) * cfg_->rpg_hai_rate_mbps;
+        break;
+      case Stage::kAdditive:
+        rt_ += cfg_->rpg_ai_rate_mbps;
+        break;
     }
     rt_ = std::min(rt_, cfg_->line_rate_mbps);
     rc_ = (rt_ + rc_) / 2;

@@ -8,15 +8,13 @@
 
 namespace uroce {
 
-namespace {
-/// What an IP packet holds besides the payload, at most: an IPv6 header, UDP, the BTH with
-/// its largest extension headers, the ICRC. A payload of the active MTU must fit with it.
-constexpr uint32_t kIpRoceOverhead = 40 + 8 + 60 + 4;
-}  // namespace
-
 using namespace wire;
 
 namespace {
+
+/// What an IP packet holds besides the payload, at most: an IPv6 header, UDP, the BTH with
+/// its largest extension headers, the ICRC. A payload of the active MTU must fit with it.
+constexpr uint32_t kIpRoceOverhead = 40 + 8 + 60 + 4;
 constexpr size_t kRxBurst = 32;
 constexpr size_t kRxBurstsPerPoll = 8;
 constexpr size_t kTxBurst = 32;
@@ -315,9 +313,7 @@ void Engine::receive(Frame* f) {
     mcast_receive(p);
   } else if (validate(p, &qp)) {
     counters_.inc(Counter::rx_roce);
-    if ((p.hdr.ipv6 ? p.hdr.ip6.traffic_class & 3 : p.hdr.ip4.ecn) == kEcnCe &&
-        qp->type != IBV_QPT_UD)
-      notify_congestion(qp, p);
+    if (p.hdr.ecn() == kEcnCe && qp->type != IBV_QPT_UD) notify_congestion(qp, p);
     if (qp->type == IBV_QPT_UD) {
       ud_receive(qp, p);
     } else if (p.info->is_request()) {

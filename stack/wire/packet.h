@@ -53,6 +53,8 @@ struct RoceHeaders {
   ExtHeaders ext;
 
   size_t ip_header_len() const { return ipv6 ? Ipv6Repr::header_len() : ip4.header_len(); }
+  /// The IP header's two ECN bits (kEcnNotEct .. kEcnCe), IPv4 or IPv6.
+  uint8_t ecn() const { return ipv6 ? ip6.traffic_class & 3 : ip4.ecn; }
   bool operator==(const RoceHeaders&) const = default;
 };
 

@@ -259,7 +259,7 @@ TEST(FaultInjector, CeMarksIpFramesCongestedAndLeavesTheRestAlone) {
       wire::ParsedPacket p;
       // Still a valid packet: the IPv4 checksum was redone, and the ICRC leaves ECN out.
       ASSERT_EQ(wire::parse_frame(got[i].bytes, p), wire::ParseError::kOk) << i;
-      EXPECT_EQ(p.hdr.ipv6 ? p.hdr.ip6.traffic_class & 3 : p.hdr.ip4.ecn, wire::kEcnCe) << i;
+      EXPECT_EQ(p.hdr.ecn(), wire::kEcnCe) << i;
     }
     for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(got[2 + i].bytes, frame_bytes(i));
     EXPECT_EQ(fi.counters().ce_marked, 2u);

@@ -59,8 +59,7 @@ std::string arrow_label(const Frame& f) {
   if (f.has_ext(wire::Ext::kAeth)) s.append(" ").append(aeth_compact(f.pkt.hdr.ext.aeth));
   if (f.payload_len != 0) s += strf(" len=%zu", f.payload_len);
   // A switch marked it congestion experienced: the receiver answers with a CNP.
-  const wire::RoceHeaders& h = f.pkt.hdr;
-  if ((h.ipv6 ? h.ip6.traffic_class & 3 : h.ip4.ecn) == wire::kEcnCe) s += " ECN=CE";
+  if (f.pkt.hdr.ecn() == wire::kEcnCe) s += " ECN=CE";
   return s;
 }
 
