@@ -32,7 +32,7 @@ void Engine::arm_retransmit(Qp* qp) {
 }
 
 void Engine::fail_send(Qp* qp, SendWqe& w, ibv_wc_status st) {
-  if (w.is_read_or_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
+  if (w.uses_rd_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
   w.state = WqeState::kDone;
   w.status = st;
   retire_sq(qp);  // WQEs before it complete normally, then this one with its error
@@ -53,12 +53,12 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     if (w.state == WqeState::kDone) continue;
     if (w.last_psn() - upto >= 0) {
       // Partly acknowledged: a go-back-N need not re-send the acknowledged packets.
-      if (i == qp->sq_cursor && !w.is_read_or_atomic() && upto - w.first_psn > 0 &&
+      if (i == qp->sq_cursor && !w.uses_rd_atomic() && upto - w.first_psn > 0 &&
           static_cast<uint32_t>(upto - w.first_psn) > w.sent)
         w.sent = static_cast<uint32_t>(upto - w.first_psn);
       break;
     }
-    if (w.is_read_or_atomic()) {
+    if (w.uses_rd_atomic()) {
       // A later PSN was acknowledged but this READ/ATOMIC's response never came: it was
       // lost. Ask again (an "implicit NAK", IBA 9.7.5.1.4).
       counters_.inc(Counter::implicit_naks);
@@ -91,7 +91,7 @@ void Engine::retry_from(Qp* qp, Psn psn) {
     SendWqe& w = qp->sq.at_abs(i);
     if (w.state == WqeState::kDone || w.last_psn() - psn < 0) continue;
     qp->sq_cursor = i;
-    w.sent = w.is_read_or_atomic() ? 0 : static_cast<uint32_t>(std::max(0, psn - w.first_psn));
+    w.sent = w.uses_rd_atomic() ? 0 : static_cast<uint32_t>(std::max(0, psn - w.first_psn));
     w.state = WqeState::kSending;
     for (uint64_t j = i + 1; j < qp->sq_assigned_end; ++j) {
       SendWqe& later = qp->sq.at_abs(j);
@@ -238,7 +238,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
   for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
     SendWqe& w = qp->sq.at_abs(i);
     if (w.state == WqeState::kDone) continue;
-    if (!w.is_read_or_atomic()) {
+    if (!w.uses_rd_atomic()) {
       if (w.last_psn() - psn < 0) continue;  // acknowledged below
       counters_.inc(Counter::rx_drop_unexpected_resp);
       return;

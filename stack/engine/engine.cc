@@ -1,6 +1,7 @@
 // Engine core: device queries, the poll loop, receive validation, transmit batching,
 // timers, completions and async events.
 #include "engine/engine.h"
+#include "engine/stats_shm.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -285,6 +286,46 @@ size_t Engine::poll(uint64_t now_ns) {
   run_tx();
   flush_tx();
   return work;
+}
+
+size_t Engine::qp_states(QpStats* out, size_t max, size_t* shown) const {
+  size_t total = 0, n = 0;
+  for (const auto& q : qps_) {
+    if (q == nullptr || q->state == IBV_QPS_RESET) continue;
+    ++total;
+    if (n == max) continue;
+    QpStats& s = out[n++];
+    s = QpStats{};
+    s.qpn = q->qpn;
+    s.type = static_cast<uint8_t>(q->type);
+    s.state = static_cast<uint8_t>(q->state);
+    const auto flag = [&](bool on, QpStats::Flag f) {
+      if (on) s.flags |= f;
+    };
+    flag(q->retransmit_timer.armed, QpStats::kRetransmitArmed);
+    flag(q->rnr_waiting, QpStats::kRnrWaiting);
+    flag(q->resp_gap, QpStats::kRespGap);
+    flag(q->retry_pending, QpStats::kRetryPending);
+    flag(q->in_msg, QpStats::kInMessage);
+    flag(q->ack_pending, QpStats::kAckPending);
+    flag(q->scheduled, QpStats::kScheduled);
+    flag(q->doorbell.load(std::memory_order_relaxed), QpStats::kDoorbell);
+    // The rings' indexes are the engine's (consumer) side and a racy read of the producer's:
+    // a snapshot for people, not for decisions.
+    s.sq_posted = static_cast<uint32_t>(q->sq.size());
+    s.rq_posted = q->srq != nullptr ? 0 : static_cast<uint32_t>(q->rq.size());
+    s.sq_psn = q->sq_psn.value();
+    s.comp_psn = q->comp_psn.value();
+    s.epsn = q->epsn.value();
+    s.msn = q->msn;
+    s.cwnd = q->cwnd;
+    s.retry_left = q->retry_left;
+    s.rnr_retry_left = q->rnr_retry_left;
+    if (q->retransmit_timer.armed && q->retransmit_timer.expires_ns > now_)
+      s.timer_in_us = (q->retransmit_timer.expires_ns - now_) / 1000;
+  }
+  if (shown != nullptr) *shown = n;
+  return total;
 }
 
 uint64_t Engine::next_deadline() const {

@@ -41,6 +41,8 @@
 
 namespace uroce {
 
+struct QpStats;  // engine/stats_shm.h
+
 /// Congestion control (stack/engine/congestion.cc, README "Congestion control").
 struct CongestionConfig {
   // The reaction point: RC/UC/XRC packets leave ECN-capable (ECT(0)) unless the address
@@ -265,6 +267,9 @@ class Engine {
   /// The QPs DCQCN holds below line rate right now (up to `max` of them, by QPN).
   size_t cc_limited_qps(CcQpStats* out, size_t max) const;
   double line_rate_mbps() const { return cfg_.cc.dcqcn.line_rate_mbps; }
+  /// Every QP past RESET: its transport state, the first `max` by QPN in `out`. Returns how
+  /// many there are in all.
+  size_t qp_states(QpStats* out, size_t max, size_t* shown) const;
 
  private:
   friend class EngineTestPeer;

@@ -13,6 +13,7 @@
 
 #include "engine/dcqcn.h"
 #include "engine/timer_wheel.h"
+#include "engine/work_request.h"
 #include "memory/mr.h"
 #include "util/ring.h"
 #include "wire/addr.h"
@@ -160,13 +161,13 @@ struct SendWqe {
   ibv_wc_status status = IBV_WC_SUCCESS;
   bool signaled = false;
 
-  bool is_read_or_atomic() const {
-    return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-           opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-  }
+  /// The facts about its opcode (engine/work_request.h).
+  const WrOpInfo& info() const { return wr_info(opcode); }
+  /// A READ or an atomic that the responder answers from its resources (max_rd_atomic).
+  bool uses_rd_atomic() const { return info().rd_atomic; }
   Psn last_psn() const { return first_psn + static_cast<int32_t>(npkts) - 1; }
   /// Carried out by the requester when it reaches it; sends nothing, takes no PSN.
-  bool is_local() const { return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV; }
+  bool is_local() const { return info().kind == WrKind::kLocal; }
 };
 
 /// A READ or ATOMIC the responder accepted: kept so that a duplicate can be answered from it,
@@ -351,7 +352,5 @@ inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 inline Ah* to_ah(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
 inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 
-/// The completion opcode of a send-side work request.
-ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op);
 
 }  // namespace uroce

@@ -20,42 +20,16 @@ uint32_t packets_for(uint32_t length, uint32_t mtu) {
 /// The PSNs a WQE takes: one per packet of a SEND or WRITE, one per response packet of a
 /// READ (the responder numbers them), one for an atomic.
 uint32_t psn_span(const SendWqe& w, uint32_t mtu) {
-  const bool atomic = w.opcode == IBV_WR_ATOMIC_WRITE || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                      w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-  return atomic ? 1 : packets_for(w.length, mtu);
+  return w.info().one_psn ? 1 : packets_for(w.length, mtu);
 }
 
 /// The BTH opcode for packet `idx` of `n` of a SEND or RDMA WRITE on an RC, UC or XRC QP.
-uint8_t data_opcode(ibv_qp_type type, ibv_wr_opcode op, uint32_t idx, uint32_t n) {
-  const uint8_t base = opcode_base(type);
+uint8_t data_opcode(ibv_qp_type type, const WrOpInfo& op, uint32_t idx, uint32_t n) {
   const bool first = idx == 0, last = idx + 1 == n;
-  switch (op) {
-    case IBV_WR_SEND:
-      return base | (n == 1 ? opcode::kRcSendOnly
-                    : first ? opcode::kRcSendFirst
-                    : last  ? opcode::kRcSendLast
-                            : opcode::kRcSendMiddle);
-    case IBV_WR_SEND_WITH_IMM:
-      return base | (n == 1 ? opcode::kRcSendOnlyImm
-                    : first ? opcode::kRcSendFirst
-                    : last  ? opcode::kRcSendLastImm
-                            : opcode::kRcSendMiddle);
-    case IBV_WR_SEND_WITH_INV:
-      return base | (n == 1 ? opcode::kRcSendOnlyInv
-                    : first ? opcode::kRcSendFirst
-                    : last  ? opcode::kRcSendLastInv
-                            : opcode::kRcSendMiddle);
-    case IBV_WR_RDMA_WRITE:
-      return base | (n == 1 ? opcode::kRcWriteOnly
-                    : first ? opcode::kRcWriteFirst
-                    : last  ? opcode::kRcWriteLast
-                            : opcode::kRcWriteMiddle);
-    default:  // IBV_WR_RDMA_WRITE_WITH_IMM
-      return base | (n == 1 ? opcode::kRcWriteOnlyImm
-                    : first ? opcode::kRcWriteFirst
-                    : last  ? opcode::kRcWriteLastImm
-                            : opcode::kRcWriteMiddle);
-  }
+  return opcode_base(type) | (n == 1 ? op.bth_only
+                              : first ? op.bth_first
+                              : last  ? op.bth_last
+                                      : op.bth_middle);
 }
 
 }  // namespace
@@ -64,7 +38,7 @@ bool Engine::prepare_wqe(Qp* qp, SendWqe& w) {
   // Check every local buffer once, before the first packet (the per-packet copy checks again,
   // cheaply, in case an MR went away). READ and atomic results are written: LOCAL_WRITE.
   if (w.is_inline) return true;
-  const int need = w.is_read_or_atomic() ? IBV_ACCESS_LOCAL_WRITE : 0;
+  const int need = w.uses_rd_atomic() ? IBV_ACCESS_LOCAL_WRITE : 0;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     uint8_t* host;
     if (w.sge[i].length != 0 &&
@@ -110,7 +84,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
                       w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0};
       break;
     case IBV_WR_ATOMIC_WRITE:
-      b.opcode = opcode::kRcAtomicWrite;
+      b.opcode = w.info().bth_only;  // RC only: no transport bits to add
       h.ext.reth = {w.remote_addr, w.rkey, 8};
       payload = 8;
       break;
@@ -119,7 +93,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
       offset = idx * qp->mtu;
       payload = std::min(qp->mtu, w.length - offset);
       last = idx + 1 == w.npkts;
-      b.opcode = data_opcode(qp->type, w.opcode, idx, w.npkts);
+      b.opcode = data_opcode(qp->type, w.info(), idx, w.npkts);
       const OpcodeInfo& info = opcode_info(b.opcode);
       if (info.has(Ext::kReth)) h.ext.reth = {w.remote_addr, w.rkey, w.length};
       if (info.has(Ext::kImmDt)) h.ext.imm.imm = __builtin_bswap32(w.imm_or_inv);
@@ -154,7 +128,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   send_built(f, lay);
   paced(qp, static_cast<uint32_t>(lay.len));
 
-  if (w.is_read_or_atomic() || w.opcode == IBV_WR_ATOMIC_WRITE) {
+  if (w.info().one_packet) {
     w.sent = w.npkts;
   } else {
     ++w.sent;
@@ -210,7 +184,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         // local invalidate waits until everything before it has completed, as rxe's does:
         // work posted earlier may still be using the window.
         if ((w.send_flags & IBV_SEND_FENCE) && qp->rd_atomic_outstanding > 0) break;
-        if (w.opcode == IBV_WR_LOCAL_INV && qp->sq.head_index() != qp->sq_cursor) break;
+        if (w.info().waits_for_all_before && qp->sq.head_index() != qp->sq_cursor) break;
         ++qp->sq_assigned_end;
         ++qp->sq_cursor;
         if (!run_local_op(qp, w)) return false;  // the QP is in error
@@ -224,7 +198,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
                 static_cast<int32_t>(cfg_.tx_window) &&
             qp->sq_psn != qp->comp_psn)
           break;  // window full: ACKs will reschedule us
-        if (w.is_read_or_atomic() && qp->rd_atomic_outstanding >= qp->max_rd_atomic) break;
+        if (w.uses_rd_atomic() && qp->rd_atomic_outstanding >= qp->max_rd_atomic) break;
         if ((w.send_flags & IBV_SEND_FENCE) && qp->rd_atomic_outstanding > 0) break;
       }
       if (!prepare_wqe(qp, w)) {
@@ -246,12 +220,12 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       w.sent = 0;
       w.state = WqeState::kSending;
       qp->sq_psn += static_cast<int32_t>(w.npkts);
-      if (w.is_read_or_atomic()) ++qp->rd_atomic_outstanding;
+      if (w.uses_rd_atomic()) ++qp->rd_atomic_outstanding;
       ++qp->sq_assigned_end;
     }
     if (is_reliable(qp->type)) {
       // Congestion window: the oldest unacknowledged packet may always go.
-      const Psn next = w.first_psn + (w.is_read_or_atomic() ? 0 : static_cast<int32_t>(w.sent));
+      const Psn next = w.first_psn + (w.uses_rd_atomic() ? 0 : static_cast<int32_t>(w.sent));
       if (next != qp->comp_psn && next - qp->comp_psn >= static_cast<int32_t>(qp->cwnd))
         break;  // ACKs reopen it and reschedule us
     }
@@ -287,7 +261,7 @@ void Engine::retire_sq(Qp* qp) {
     ibv_wc wc{};
     wc.wr_id = w.wr_id;
     wc.status = w.status;
-    wc.opcode = send_wc_opcode(w.opcode);
+    wc.opcode = w.info().wc_opcode;
     wc.byte_len = w.length;
     wc.qp_num = qp->qpn;
     // The slot is free before the completion is visible: an application that polls it on
@@ -315,7 +289,7 @@ bool Engine::run_local_op(Qp* qp, SendWqe& w) {
 }
 
 void Engine::complete_send(Qp* qp, SendWqe& w) {
-  if (w.is_read_or_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
+  if (w.uses_rd_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
   w.state = WqeState::kDone;
   w.status = IBV_WC_SUCCESS;
 }

@@ -46,6 +46,37 @@ inline constexpr CmCounterInfo kPortCounterInfo[] = {
 };
 inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);
 
+/// One QP's transport state, as `uroce stats` shows it (Engine::qp_states): what a stuck
+/// program is waiting for. Plain data: it lives in the shared-memory counters file.
+struct QpStats {
+  enum Flag : uint32_t {
+    kRetransmitArmed = 1u << 0,  // a request is outstanding and the ACK timer runs
+    kRnrWaiting = 1u << 1,       // the peer said RNR: waiting out its timer
+    kRespGap = 1u << 2,          // responses after a gap are ignored until the re-send
+    kRetryPending = 1u << 3,     // go-back-N asked, the re-sent packet not out yet
+    kInMessage = 1u << 4,        // the responder is in the middle of a multi-packet message
+    kAckPending = 1u << 5,       // a coalesced ACK waits to be sent
+    kScheduled = 1u << 6,        // in the engine's transmit list
+    kDoorbell = 1u << 7,         // posted work the engine has not picked up yet
+  };
+  uint32_t qpn;
+  uint8_t type;   // ibv_qp_type
+  uint8_t state;  // ibv_qp_state
+  uint16_t pad;
+  uint32_t flags;
+  uint32_t sq_posted;  // send WQEs not yet completed
+  uint32_t rq_posted;  // receive WQEs posted (0 on an SRQ)
+  uint32_t sq_psn;     // the next PSN the requester assigns
+  uint32_t comp_psn;   // the oldest PSN not yet acknowledged
+  uint32_t epsn;       // the PSN the responder expects next
+  uint32_t msn;
+  uint32_t cwnd;
+  uint8_t retry_left;
+  uint8_t rnr_retry_left;
+  uint16_t pad2;
+  uint64_t timer_in_us;  // until the ACK timer fires (kRetransmitArmed)
+};
+
 struct StatsShm {
   static constexpr uint64_t kMagic = 0x75726f6365737473ull;  // "urocests"
   uint64_t magic;
@@ -70,6 +101,11 @@ struct StatsShm {
   uint32_t line_rate_mbps;
   uint32_t cc_qps;  // entries in cc (more limited QPs than kCcQps: the first by QPN)
   CcQpStats cc[kCcQps];
+  // Every QP past RESET (the first kQps by QPN): its transport state.
+  static constexpr size_t kQps = 16;
+  uint32_t qps;
+  uint32_t qps_total;  // QPs past RESET, shown or not
+  QpStats qp[kQps];
 };
 
 inline std::string stats_shm_name(int pid, const std::string& device) {

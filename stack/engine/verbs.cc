@@ -63,20 +63,6 @@ constexpr Transition kTransitions[] = {
 
 }  // namespace
 
-ibv_wc_opcode send_wc_opcode(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
-    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
-    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
-    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
-    default: return IBV_WC_SEND;
-  }
-}
-
 namespace {
 
 /// Drops the queued async events `gone` matches: their object is being destroyed, and nobody
@@ -107,24 +93,6 @@ RecvWqe to_recv_wqe(const ibv_recv_wr& wr) {
   for (int i = 0; i < wr.num_sge; ++i)
     r.sge[static_cast<size_t>(i)] = {wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
   return r;
-}
-
-bool opcode_allowed(ibv_qp_type t, ibv_wr_opcode op) {
-  if (t == IBV_QPT_XRC_RECV) return false;  // a target only receives
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM: return true;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return t != IBV_QPT_UD;
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_SEND_WITH_INV: return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND;
-    case IBV_WR_ATOMIC_WRITE: return t == IBV_QPT_RC;  // XRC has no ATOMIC WRITE opcode
-    case IBV_WR_BIND_MW:
-    case IBV_WR_LOCAL_INV: return t != IBV_QPT_UD;  // windows serve RC and UC peers
-    default: return false;  // TSO, DRIVER1: not supported
-  }
 }
 
 }  // namespace
@@ -812,7 +780,7 @@ void Engine::flush_qp(Qp* qp) {
     ibv_wc wc{};
     wc.wr_id = w.wr_id;
     wc.status = w.state == WqeState::kDone ? w.status : IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = send_wc_opcode(w.opcode);
+    wc.opcode = w.info().wc_opcode;
     wc.qp_num = qp->qpn;
     if (wc.status == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
     // Successful WQEs still owed a completion keep their signalling; errors always complete.
@@ -852,7 +820,8 @@ int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) 
   // Runs on the posting thread: only the QP's fixed properties and its published state.
   const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
   if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return EINVAL;
-  if (!opcode_allowed(qp->type, wr->opcode)) return EINVAL;
+  const WrOpInfo& op = wr_info(wr->opcode);
+  if (!wr_allowed(qp->type, wr->opcode)) return EINVAL;
   *total = 0;
   if (wr->opcode == IBV_WR_BIND_MW) {
     // IBV_WR_BIND_MW binds type 2 windows; type 1 windows have ibv_bind_mw (verbs.h).
@@ -865,16 +834,13 @@ int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) 
   if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) return EINVAL;
   *total = 0;
   for (int i = 0; i < wr->num_sge; ++i) *total += wr->sg_list[i].length;
-  const bool atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                      wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-                      wr->opcode == IBV_WR_ATOMIC_WRITE;
-  // ATOMIC WRITE's 8 bytes may come inline (ibv_wr_atomic_write passes them by value).
-  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
-                         wr->opcode != IBV_WR_RDMA_READ && wr->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
-                         wr->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD;
+  // IBV_SEND_INLINE is ignored where it cannot apply (a READ's SGEs are written into).
+  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && op.inline_ok;
   if (*total > (1ull << 31)) return EINVAL;
-  if (atomic && *total != 8) return EINVAL;
-  if (is_inline && !atomic && *total > qp->cap.max_inline_data) return EINVAL;
+  if (op.fixed_length != 0 && *total != op.fixed_length) return EINVAL;
+  // ATOMIC WRITE's 8 bytes may come inline whatever max_inline_data says (ibv_wr_atomic_write
+  // passes them by value).
+  if (is_inline && op.fixed_length == 0 && *total > qp->cap.max_inline_data) return EINVAL;
   if (qp->type == IBV_QPT_UD && (wr->wr.ud.ah == nullptr || *total > qp->mtu)) return EINVAL;
   return 0;
 }
@@ -945,8 +911,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bo
       w.remote_qkey = wr->wr.ud.remote_qkey;  // the high bit is resolved when sent
     }
     w.length = static_cast<uint32_t>(total);
-    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 &&
-                  (!w.is_read_or_atomic() || wr->opcode == IBV_WR_ATOMIC_WRITE);
+    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && w.info().inline_ok;
     if (w.is_inline) {
       uint32_t off = 0;
       for (int i = 0; i < wr->num_sge; ++i) {
@@ -974,7 +939,7 @@ int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,
     std::lock_guard<std::mutex> producer(qp->sq_mu);
     const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
     if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR ||
-        !opcode_allowed(qp->type, IBV_WR_BIND_MW))
+        !wr_allowed(qp->type, IBV_WR_BIND_MW))
       return EINVAL;
     if (qp->sq.full()) return ENOMEM;
     SendWqe& w = qp->sq.next_slot();

@@ -129,10 +129,10 @@ struct Builder {
 Builder* builder_of(ibv_qp_ex* q) { return static_cast<Builder*>(to_qp(&q->qp_base)->ext); }
 
 /// Starts a new work request of the batch from the qp_ex's wr_id / wr_flags.
-Entry* begin_wr(ibv_qp_ex* q, ibv_wr_opcode op, uint64_t needs) {
+Entry* begin_wr(ibv_qp_ex* q, ibv_wr_opcode op) {
   Builder* b = builder_of(q);
   if (b->err != 0) return nullptr;
-  if ((b->send_ops & needs) == 0) {
+  if ((b->send_ops & wr_info(op).qp_ex_flag) == 0) {
     b->err = EOPNOTSUPP;  // not announced in send_ops_flags at creation
     return nullptr;
   }
@@ -157,13 +157,13 @@ Entry* current(ibv_qp_ex* q) {
   return &b->entries[b->n - 1];
 }
 
-void wr_send(ibv_qp_ex* q) { begin_wr(q, IBV_WR_SEND, IBV_QP_EX_WITH_SEND); }
+void wr_send(ibv_qp_ex* q) { begin_wr(q, IBV_WR_SEND); }
 void wr_send_imm(ibv_qp_ex* q, __be32 imm) {
-  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_IMM))
+  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_IMM))
     e->wr.imm_data = imm;
 }
 void wr_send_inv(ibv_qp_ex* q, uint32_t rkey) {
-  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV))
+  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_INV))
     e->wr.invalidate_rkey = rkey;
 }
 void set_rdma(Entry* e, uint32_t rkey, uint64_t addr) {
@@ -171,31 +171,31 @@ void set_rdma(Entry* e, uint32_t rkey, uint64_t addr) {
   e->wr.wr.rdma.remote_addr = addr;
 }
 void wr_rdma_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
-  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE)) set_rdma(e, rkey, addr);
+  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE)) set_rdma(e, rkey, addr);
 }
 void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
-  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)) {
+  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE_WITH_IMM)) {
     set_rdma(e, rkey, addr);
     e->wr.imm_data = imm;
   }
 }
 void wr_rdma_read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
-  if (Entry* e = begin_wr(q, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ)) set_rdma(e, rkey, addr);
+  if (Entry* e = begin_wr(q, IBV_WR_RDMA_READ)) set_rdma(e, rkey, addr);
 }
 void wr_atomic_cmp_swp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare,
                        uint64_t swap) {
-  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)) {
+  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_CMP_AND_SWP)) {
     e->wr.wr.atomic = {addr, compare, swap, rkey};
   }
 }
 void wr_atomic_fetch_add(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
-  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)) {
+  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_FETCH_AND_ADD)) {
     e->wr.wr.atomic = {addr, add, 0, rkey};
   }
 }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* value) {
   // The 8 bytes to write are the payload: carry them inline.
-  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE)) {
+  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_WRITE)) {
     set_rdma(e, rkey, addr);
     std::memcpy(e->inl, value, 8);
     e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), 8, 0};
@@ -205,11 +205,11 @@ void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* val
   }
 }
 void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) {
-  if (Entry* e = begin_wr(q, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV))
+  if (Entry* e = begin_wr(q, IBV_WR_LOCAL_INV))
     e->wr.invalidate_rkey = rkey;
 }
 void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
-  if (Entry* e = begin_wr(q, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW)) {
+  if (Entry* e = begin_wr(q, IBV_WR_BIND_MW)) {
     e->wr.bind_mw.mw = mw;
     e->wr.bind_mw.rkey = rkey;
     e->wr.bind_mw.bind_info = *info;
@@ -303,11 +303,7 @@ void wr_abort(ibv_qp_ex* q) {
   b->mu.unlock();
 }
 
-constexpr uint64_t kSendOps =
-    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
-    IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
+constexpr uint64_t kSendOps = wr_qp_ex_flags();
 
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |

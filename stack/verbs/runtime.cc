@@ -186,6 +186,10 @@ void publish_stats(Runtime* rt, uint64_t now) {
   std::copy(cc, cc + n, rt->stats->cc);
   rt->stats->cc_qps = static_cast<uint32_t>(n);
   rt->stats->line_rate_mbps = static_cast<uint32_t>(rt->engine->line_rate_mbps());
+  size_t shown = 0;
+  rt->stats->qps_total = static_cast<uint32_t>(
+      rt->engine->qp_states(rt->stats->qp, StatsShm::kQps, &shown));
+  rt->stats->qps = static_cast<uint32_t>(shown);
   rt->stats->updated_ns = now;
 }
 

@@ -12,22 +12,7 @@ namespace uroce::verbs {
 
 namespace {
 
-const char* wr_opcode_name(int op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE: return "RDMA_WRITE";
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA_WRITE_WITH_IMM";
-    case IBV_WR_SEND: return "SEND";
-    case IBV_WR_SEND_WITH_IMM: return "SEND_WITH_IMM";
-    case IBV_WR_RDMA_READ: return "RDMA_READ";
-    case IBV_WR_ATOMIC_CMP_AND_SWP: return "ATOMIC_CMP_AND_SWP";
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return "ATOMIC_FETCH_AND_ADD";
-    case IBV_WR_LOCAL_INV: return "LOCAL_INV";
-    case IBV_WR_BIND_MW: return "BIND_MW";
-    case IBV_WR_SEND_WITH_INV: return "SEND_WITH_INV";
-    case IBV_WR_ATOMIC_WRITE: return "ATOMIC_WRITE";
-    default: return "OTHER";
-  }
-}
+const char* wr_opcode_name(int op) { return wr_info(op).name; }
 
 const char* wc_opcode_name(int op) {
   switch (op) {

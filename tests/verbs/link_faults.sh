@@ -26,11 +26,11 @@ set_mtu() { ip -n "$nsA" link set "${tag}va" mtu "$1"; ip -n "$nsB" link set "${
 start_pair() {
   local rounds=$1; shift
   ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
-    timeout 120 "$verify" -d uroce0 -g 1 -n "$rounds" "$@" >"$dir/server.log" 2>&1 &
+    timeout 150 "$verify" -d uroce0 -g 1 -n "$rounds" "$@" >"$dir/server.log" 2>&1 &
   server=$!
   wait_listen "$nsB" 18600 "$server"
   ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
-    timeout 120 stdbuf -oL "$verify" -d uroce0 -g 1 -n "$rounds" -P 50 "$@" 10.98.0.2 >"$dir/client.log" 2>&1 &
+    timeout 150 stdbuf -oL "$verify" -d uroce0 -g 1 -n "$rounds" -P 50 "$@" 10.98.0.2 >"$dir/client.log" 2>&1 &
   client=$!
 }
 # wait_round K: until the client has printed round K (the transfer runs), or has ended.
@@ -40,19 +40,56 @@ wait_round() {
     kill -0 "$client" 2>/dev/null || break
     sleep 0.05
   done
-  echo "FAIL: the client never reached round $1"; cat "$dir/client.log" "$dir/server.log"; exit 1
+  echo "FAIL: the client never reached round $1"; show_logs; exit 1
 }
 # alive WHAT: the client still runs now, so the fault happened under its traffic.
 alive() {
   kill -0 "$client" 2>/dev/null \
-    || { echo "FAIL: the client ended before $1: not a test of it"; cat "$dir/client.log"; exit 1; }
+    || { echo "FAIL: the client ended before $1: not a test of it"; show_logs; exit 1; }
+}
+# show_state WHO NS: where a stuck rdma_verify is: its log's end, its uroce counters and QP
+# states, its threads.
+show_state() {
+  local p
+  echo "-- the $1's state:"; tail -3 "$dir/$1.log"
+  p=$(ip netns pids "$2" | while read -r q; do
+        grep -q rdma_verify "/proc/$q/comm" 2>/dev/null && echo "$q"; done | head -1)
+  [ -n "$p" ] || return 0
+  "$uroce" stats "$p" 2>&1 | grep -vE ' 0  ' | head -80
+  for t in /proc/"$p"/task/*; do
+    echo "thread $(cat "$t/comm") state $(awk '{print $3}' "$t/stat") wchan $(cat "$t/wchan")"
+  done
 }
 must_verify() {  # NAME: both ends exit 0, the server having checked every round
-  local rc=0
+  # Whichever side ends first is waited for first: a server that failed leaves the client
+  # waiting for an answer that never comes, and the server's log then says why.
+  local rc=0 t0 who=client
+  t0=$(ms)
+  while kill -0 "$client" 2>/dev/null && kill -0 "$server" 2>/dev/null; do
+    if [ $(( $(ms) - t0 )) -gt 90000 ]; then  # before `timeout 150` ends them: look first
+      echo "FAIL: $1: both sides still run 90 s after the fault ended"
+      show_state client "$nsA"; show_state server "$nsB"; show_logs; exit 1
+    fi
+    sleep 0.1
+  done
+  kill -0 "$client" 2>/dev/null && who=server
+  if [ $who = server ]; then
+    wait "$server" || rc=$?
+    [ $rc -eq 0 ] || { echo "FAIL: $1: server exit $rc, $(( $(ms) - t0 )) ms after the fault ended"
+                       show_logs; exit 1; }
+  fi
+  rc=0
   wait "$client" || rc=$?
-  [ $rc -eq 0 ] || { echo "FAIL: $1: client exit $rc"; cat "$dir/client.log"; echo "-- server:"; cat "$dir/server.log"; exit 1; }
-  wait "$server" || { echo "FAIL: $1: server"; cat "$dir/server.log"; exit 1; }
-  grep -q "verified" "$dir/server.log" || { echo "FAIL: $1: server did not verify"; cat "$dir/server.log"; exit 1; }
+  [ $rc -eq 0 ] || { echo "FAIL: $1: client exit $rc, $(( $(ms) - t0 )) ms after the fault ended"
+                     show_logs; exit 1; }
+  wait "$server" || { echo "FAIL: $1: server"; show_logs; exit 1; }
+  grep -q "verified" "$dir/server.log" || { echo "FAIL: $1: server did not verify"; show_logs; exit 1; }
+}
+# show_logs: the end of both logs (the client prints a line every 50 rounds: its tail says
+# where it stopped).
+show_logs() {
+  echo "-- client (last lines of $(wc -l < "$dir/client.log")):"; tail -5 "$dir/client.log"
+  echo "-- server:"; tail -20 "$dir/server.log"
 }
 # must_fail_in NAME SINCE-MS LOW-MS HIGH-MS: the side with a request outstanding when the
 # fault came fails with status 12 between LOW and HIGH ms after SINCE. That is the client,
@@ -69,41 +106,29 @@ must_fail_in() {
   took=$(( $(ms) - $2 ))
   if [ -z "$who" ]; then
     # Neither ended 20 s after the fault (8 x 268 ms of retries): say where the client is.
-    local p
-    p=$(ip netns pids "$nsA" | while read -r q; do
-          grep -q rdma_verify "/proc/$q/comm" 2>/dev/null && echo "$q"; done | head -1)
-    echo "FAIL: $1: neither side failed in 20 s after the fault; the client's state:"
-    tail -3 "$dir/client.log"
-    if [ -n "$p" ]; then
-      "$uroce" stats "$p" 2>&1 | grep -vE ' 0  ' | head -80
-      for t in /proc/"$p"/task/*; do
-        echo "thread $(cat "$t/comm") state $(awk '{print $3}' "$t/stat") wchan $(cat "$t/wchan")"
-      done
-      if command -v gdb >/dev/null; then
-        gdb -p "$p" -batch -ex "thread apply all bt 12" 2>/dev/null | grep -E '^#|^Thread'
-      fi
-    fi
+    show_state client "$nsA"
     exit 1
   fi
   local rc=0 log=$dir/$who.log
   if [ $who = client ]; then wait "$client" || rc=$?; kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
   else wait "$server" || rc=$?; kill "$client" 2>/dev/null || true; wait "$client" 2>/dev/null || true; fi
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: $1: $who exit $rc"; cat "$log"; exit 1; }
-  grep -q "(12)" "$log" || { echo "FAIL: $1: $who: not IBV_WC_RETRY_EXC_ERR"; cat "$log"; exit 1; }
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: $1: $who exit $rc"; show_logs; exit 1; }
+  grep -q "(12)" "$log" || { echo "FAIL: $1: $who: not IBV_WC_RETRY_EXC_ERR"; show_logs; exit 1; }
   [ "$took" -ge "$3" ] && [ "$took" -le "$4" ] \
-    || { echo "FAIL: $1: the $who failed ${took} ms after the fault, expected $3..$4 ms"; cat "$log"; exit 1; }
+    || { echo "FAIL: $1: the $who failed ${took} ms after the fault, expected $3..$4 ms"; show_logs; exit 1; }
   echo "ok: $1: the $who got status 12 after ${took} ms ($(grep -o '[A-Z ]*: completion status.*' "$log" | head -1))"
 }
 
 # 1. Down for 2 s mid-transfer, a retry budget of 8.6 s: nothing is lost.
-start_pair 20000 -s 20000 -m 1024 -t 18
+start_pair 10000 -s 20000 -m 1024 -t 18
 wait_round 100
 ip -n "$nsA" link set "${tag}va" down
 sleep 2
 ip -n "$nsA" link set "${tag}va" up
 alive "the link came back"
+t=$(ms)
 must_verify "link down 2 s"
-echo "ok: link down for 2 s mid-transfer: $(tail -1 "$dir/client.log")"
+echo "ok: link down for 2 s mid-transfer, done $(( $(ms) - t )) ms after: $(tail -1 "$dir/client.log")"
 
 # 2. Down for good: retries run out 8 x 1.07 ms * 2^8 ~ 2.15 s after the first lost packet.
 start_pair 100000 -s 20000 -m 1024 -t 16
@@ -115,12 +140,13 @@ ip -n "$nsA" link set "${tag}va" up
 
 # 3. The MTU shrinks under QPs that fit: nothing changes.
 set_mtu 9000
-start_pair 20000 -s 20000 -m 1024 -t 18
+start_pair 10000 -s 20000 -m 1024 -t 18
 wait_round 100
 set_mtu 1500
 alive "the MTU changed"
+t=$(ms)
 must_verify "MTU 9000 -> 1500 under path MTU 1024"
-echo "ok: MTU 9000 -> 1500 mid-transfer under path MTU 1024: $(tail -1 "$dir/client.log")"
+echo "ok: MTU 9000 -> 1500 mid-transfer under path MTU 1024, done $(( $(ms) - t )) ms after: $(tail -1 "$dir/client.log")"
 
 # 4. The MTU shrinks under QPs whose packets no longer fit: lost, then status 12.
 set_mtu 9000

@@ -528,37 +528,33 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
           wr.num_sge = 1;
           wr.send_flags = IBV_SEND_SIGNALED;
           const wire::OpcodeInfo& info = wire::opcode_info(m.opcode);
-          switch (m.op) {
-            case Operation::kSend:
-              wr.opcode = info.has_imm() ? IBV_WR_SEND_WITH_IMM
-                          : info.has(Ext::kIeth) ? IBV_WR_SEND_WITH_INV
-                                                 : IBV_WR_SEND;
+          // The work request whose packets these are (its last packet names the variant).
+          const int wop = wr_for_bth(m.opcode);
+          const WrOpInfo& winfo = wr_info(wop);
+          wr.opcode = static_cast<ibv_wr_opcode>(wop);
+          switch (winfo.kind) {
+            case WrKind::kSend:
               sge.length = static_cast<uint32_t>(m.payload.size());
               break;
-            case Operation::kWrite:
-              wr.opcode = info.has_imm() ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+            case WrKind::kWrite:
               sge.length = static_cast<uint32_t>(m.payload.size());
               wr.wr.rdma.remote_addr = m.ext.reth.va;
               wr.wr.rdma.rkey = m.ext.reth.rkey;
               break;
-            case Operation::kReadRequest:
-              wr.opcode = IBV_WR_RDMA_READ;
+            case WrKind::kRead:
               sge.length = m.ext.reth.dma_len;
               wr.wr.rdma.remote_addr = m.ext.reth.va;
               wr.wr.rdma.rkey = m.ext.reth.rkey;
               break;
-            case Operation::kCompareSwap:
-            case Operation::kFetchAdd:
-              wr.opcode = m.op == Operation::kCompareSwap ? IBV_WR_ATOMIC_CMP_AND_SWP
-                                                           : IBV_WR_ATOMIC_FETCH_AND_ADD;
-              sge.length = 8;
+            case WrKind::kAtomic:
+              sge.length = winfo.fixed_length;
               wr.wr.atomic.remote_addr = m.ext.atomic.va;
               wr.wr.atomic.rkey = m.ext.atomic.rkey;
               wr.wr.atomic.compare_add =
                   m.op == Operation::kCompareSwap ? m.ext.atomic.compare : m.ext.atomic.swap_add;
               wr.wr.atomic.swap = m.ext.atomic.swap_add;
               break;
-            default:
+            default:  // ATOMIC WRITE, and what no work request sends
               st.what = "not posted: " + std::string(info.name) + " (not supported by the replay)";
               out.steps.push_back(std::move(st));
               continue;
@@ -573,22 +569,7 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
           }
           const ibv_send_wr* bad = nullptr;
           const int e = eng.post_send(qps[m.spec], &wr, &bad);
-          static const char* const kWr[] = {"SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE",
-                                            "RDMA_WRITE_WITH_IMM", "RDMA_READ",
-                                            "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"};
-          const char* wname = "?";
-          switch (wr.opcode) {
-            case IBV_WR_SEND: wname = kWr[0]; break;
-            case IBV_WR_SEND_WITH_IMM: wname = kWr[1]; break;
-            case IBV_WR_SEND_WITH_INV: wname = kWr[2]; break;
-            case IBV_WR_RDMA_WRITE: wname = kWr[3]; break;
-            case IBV_WR_RDMA_WRITE_WITH_IMM: wname = kWr[4]; break;
-            case IBV_WR_RDMA_READ: wname = kWr[5]; break;
-            case IBV_WR_ATOMIC_CMP_AND_SWP: wname = kWr[6]; break;
-            case IBV_WR_ATOMIC_FETCH_AND_ADD: wname = kWr[7]; break;
-            default: break;
-          }
-          st.what = std::string("IBV_WR_") + wname + " " + std::to_string(sge.length) +
+          st.what = std::string("IBV_WR_") + winfo.name + " " + std::to_string(sge.length) +
                     " bytes on QP " + hex(sc.qps[m.spec].qpn) + " (first PSN " + hex(m.psn) + ")" +
                     (m.complete ? "" : " (its end is past the capture: length guessed)");
           if (e != 0) st.what += std::string(" — post_send failed: ") + std::strerror(e);

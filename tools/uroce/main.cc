@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <infiniband/verbs.h>
 
 #include <climits>
 #include <csignal>
@@ -291,6 +292,45 @@ int exec_with_uroce(char** cmd) {
   return 127;
 }
 
+/// One line per QP past RESET: its state, what its send and receive sides hold, and what it
+/// waits for (a stuck program's first question: who is waiting for whom).
+void print_qps(const uroce::StatsShm& st) {
+  using uroce::QpStats;
+  const auto type_name = [](uint8_t t) {
+    switch (t) {
+      case IBV_QPT_RC: return "RC";
+      case IBV_QPT_UC: return "UC";
+      case IBV_QPT_UD: return "UD";
+      case IBV_QPT_XRC_SEND: return "XRC_SEND";
+      case IBV_QPT_XRC_RECV: return "XRC_RECV";
+      default: return "?";
+    }
+  };
+  const auto state_name = [](uint8_t s) {
+    static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+    return s < std::size(names) ? names[s] : "?";
+  };
+  for (uint32_t i = 0; i < std::min<uint32_t>(st.qps, uroce::StatsShm::kQps); ++i) {
+    const QpStats& q = st.qp[i];
+    std::printf("  qp 0x%06x %s %s: send %u posted, next PSN 0x%06x, oldest unacked 0x%06x, "
+                "cwnd %u, retries left %u/%u rnr",
+                q.qpn, type_name(q.type), state_name(q.state), q.sq_posted, q.sq_psn, q.comp_psn,
+                q.cwnd, q.retry_left, q.rnr_retry_left);
+    if (q.flags & QpStats::kRetransmitArmed)
+      std::printf(", ACK timer in %llu us", static_cast<unsigned long long>(q.timer_in_us));
+    std::printf("; recv %u posted, ePSN 0x%06x, MSN %u", q.rq_posted, q.epsn, q.msn);
+    static constexpr std::pair<uint32_t, const char*> kFlags[] = {
+        {QpStats::kRnrWaiting, "rnr-wait"},   {QpStats::kRespGap, "resp-gap"},
+        {QpStats::kRetryPending, "retry-pending"}, {QpStats::kInMessage, "in-message"},
+        {QpStats::kAckPending, "ack-pending"}, {QpStats::kScheduled, "scheduled"},
+        {QpStats::kDoorbell, "doorbell"}};
+    for (const auto& [bit, name] : kFlags)
+      if (q.flags & bit) std::printf(" [%s]", name);
+    std::printf("\n");
+  }
+  if (st.qps_total > st.qps) std::printf("  (%u more QPs)\n", st.qps_total - st.qps);
+}
+
 int stats(int only_pid) {
   DIR* d = opendir("/dev/shm");
   if (d == nullptr) {
@@ -366,6 +406,7 @@ int stats(int only_pid) {
                     static_cast<unsigned long long>(q.cnps_rcvd),
                     static_cast<unsigned long long>(q.cuts));
       }
+      print_qps(*st);
       for (size_t i = 1; i < static_cast<size_t>(uroce::wire::ParseError::kCount); ++i) {
         if (st->parse_errors[i] == 0) continue;
         const auto err = static_cast<uroce::wire::ParseError>(i);
