@@ -15,24 +15,24 @@ namespace {
 /// First not-done WQE at or after the front, as an absolute index.
 uint64_t first_open(Qp* qp) {
   uint64_t i = qp->sq.head_index();
-  while (i < qp->sq_assigned_end && qp->sq.at_abs(i).state == WqeState::kDone) ++i;
+  while (i < qp->req.assigned_end && qp->sq.at_abs(i).state == WqeState::kDone) ++i;
   return i;
 }
 }  // namespace
 
 void Engine::arm_retransmit(Qp* qp) {
-  const bool outstanding = qp->sq_psn != qp->comp_psn;
-  if (qp->timeout == 0 || !outstanding || qp->rnr_waiting ||
+  const bool outstanding = qp->req.psn != qp->comp.psn;
+  if (qp->timeout == 0 || !outstanding || qp->req.rnr_waiting ||
       (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD)) {
-    timers_.cancel(qp->retransmit_timer);
+    timers_.cancel(qp->comp.retransmit_timer);
     return;
   }
   // IBA 9.7.6.1.3: the local ACK timeout is 4.096 us * 2^timeout.
-  timers_.arm(qp->retransmit_timer, now_ + (uint64_t{4096} << qp->timeout));
+  timers_.arm(qp->comp.retransmit_timer, now_ + (uint64_t{4096} << qp->timeout));
 }
 
 void Engine::fail_send(Qp* qp, SendWqe& w, ibv_wc_status st) {
-  if (w.uses_rd_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
+  if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding > 0) --qp->req.rd_atomic_outstanding;
   w.state = WqeState::kDone;
   w.status = st;
   retire_sq(qp);  // WQEs before it complete normally, then this one with its error
@@ -41,19 +41,19 @@ void Engine::fail_send(Qp* qp, SendWqe& w, ibv_wc_status st) {
 
 void Engine::widen_cwnd(Qp* qp, Psn upto) {
   // Slow start: one more packet of window per newly acknowledged packet, up to tx_window.
-  if (const int32_t acked = upto - qp->comp_psn; acked > 0)
-    qp->cwnd = std::min(cfg_.tx_window, qp->cwnd + static_cast<uint32_t>(acked));
+  if (const int32_t acked = upto - qp->comp.psn; acked > 0)
+    qp->comp.cwnd = std::min(cfg_.tx_window, qp->comp.cwnd + static_cast<uint32_t>(acked));
 }
 
 void Engine::ack_upto(Qp* qp, Psn upto) {
   // Everything with PSN < upto has been executed by the responder.
   bool progress = false;
-  for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
+  for (uint64_t i = qp->sq.head_index(); i < qp->req.assigned_end; ++i) {
     SendWqe& w = qp->sq.at_abs(i);
     if (w.state == WqeState::kDone) continue;
     if (w.last_psn() - upto >= 0) {
       // Partly acknowledged: a go-back-N need not re-send the acknowledged packets.
-      if (i == qp->sq_cursor && !w.uses_rd_atomic() && upto - w.first_psn > 0 &&
+      if (i == qp->req.cursor && !w.uses_rd_atomic() && upto - w.first_psn > 0 &&
           static_cast<uint32_t>(upto - w.first_psn) > w.sent)
         w.sent = static_cast<uint32_t>(upto - w.first_psn);
       break;
@@ -68,9 +68,9 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     complete_send(qp, w);
     progress = true;
   }
-  if (upto - qp->comp_psn > 0) {
+  if (upto - qp->comp.psn > 0) {
     widen_cwnd(qp, upto);
-    qp->comp_psn = upto;
+    qp->comp.psn = upto;
     progress = true;
   }
   // A READ/ATOMIC completed by its response is done but not yet retired.
@@ -79,7 +79,7 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     note_progress(qp);
     retire_sq(qp);
     const uint64_t open = first_open(qp);
-    if (qp->sq_cursor < open) qp->sq_cursor = open;
+    if (qp->req.cursor < open) qp->req.cursor = open;
     arm_retransmit(qp);
     schedule(qp);  // the window may have opened
   }
@@ -87,21 +87,21 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
 
 void Engine::retry_from(Qp* qp, Psn psn) {
   // Go back N: re-send every packet from `psn` on, with the same PSNs.
-  for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
+  for (uint64_t i = qp->sq.head_index(); i < qp->req.assigned_end; ++i) {
     SendWqe& w = qp->sq.at_abs(i);
     if (w.state == WqeState::kDone || w.last_psn() - psn < 0) continue;
-    qp->sq_cursor = i;
+    qp->req.cursor = i;
     w.sent = w.uses_rd_atomic() ? 0 : static_cast<uint32_t>(std::max(0, psn - w.first_psn));
     w.state = WqeState::kSending;
-    for (uint64_t j = i + 1; j < qp->sq_assigned_end; ++j) {
+    for (uint64_t j = i + 1; j < qp->req.assigned_end; ++j) {
       SendWqe& later = qp->sq.at_abs(j);
       if (later.state == WqeState::kDone) continue;
       later.sent = 0;
       later.state = WqeState::kSending;
     }
-    qp->pkts_since_ackreq = 0;
-    qp->retry_pending = true;
-    qp->retry_psn = psn;
+    qp->req.pkts_since_ackreq = 0;
+    qp->req.retry_pending = true;
+    qp->req.retry_psn = psn;
     schedule(qp);
     break;
   }
@@ -109,8 +109,8 @@ void Engine::retry_from(Qp* qp, Psn psn) {
 }
 
 void Engine::note_progress(Qp* qp) {
-  qp->retry_left = qp->retry_cnt;
-  qp->retry_started = qp->extra_retry_used = false;
+  qp->comp.retry_left = qp->retry_cnt;
+  qp->comp.retry_started = qp->comp.extra_retry_used = false;
 }
 
 bool Engine::retry_on_gap(Qp* qp) {
@@ -122,24 +122,24 @@ bool Engine::retry_on_gap(Qp* qp) {
   // request was lost (timeout: retry) spent two rounds in one period, and rping's retry_cnt
   // 7 ran out (docs/transport.md, "Reordering"). rxe's completer waits for the timer
   // instead of the free one (its started_retry).
-  if (!qp->retry_started) {
+  if (!qp->comp.retry_started) {
     if (!spend_retry(qp)) return false;
-    qp->retry_started = true;
+    qp->comp.retry_started = true;
     return true;
   }
-  if (qp->extra_retry_used) return false;
-  qp->extra_retry_used = true;
+  if (qp->comp.extra_retry_used) return false;
+  qp->comp.extra_retry_used = true;
   return true;
 }
 
 bool Engine::spend_retry(Qp* qp) {
   // retry_cnt counts the retries allowed without forward progress (note_progress refills it).
-  if (qp->retry_left > 0) {
-    --qp->retry_left;
+  if (qp->comp.retry_left > 0) {
+    --qp->comp.retry_left;
     return true;
   }
   const uint64_t i = first_open(qp);
-  if (i < qp->sq_assigned_end) {
+  if (i < qp->req.assigned_end) {
     counters_.inc(Counter::retry_exceeded);
     fail_send(qp, qp->sq.at_abs(i), IBV_WC_RETRY_EXC_ERR);
   }
@@ -148,21 +148,21 @@ bool Engine::spend_retry(Qp* qp) {
 
 void Engine::on_retransmit_timeout(Qp* qp) {
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
-  if (qp->sq_psn == qp->comp_psn) return;
+  if (qp->req.psn == qp->comp.psn) return;
   counters_.inc(Counter::retransmit_timeouts);
   if (!spend_retry(qp)) return;
-  trace({VerbsEvent::Kind::kRetransmitTimeout, qp->qpn, 0, 0, 0, 0, qp->comp_psn.value()});
-  qp->retry_started = true;
-  qp->extra_retry_used = false;
-  qp->resp_gap = false;  // whatever we were waiting for did not come: ask again
-  qp->cwnd = kMinCwnd;
-  retry_from(qp, qp->comp_psn);
+  trace({VerbsEvent::Kind::kRetransmitTimeout, qp->qpn, 0, 0, 0, 0, qp->comp.psn.value()});
+  qp->comp.retry_started = true;
+  qp->comp.extra_retry_used = false;
+  qp->comp.resp_gap = false;  // whatever we were waiting for did not come: ask again
+  qp->comp.cwnd = kMinCwnd;
+  retry_from(qp, qp->comp.psn);
 }
 
 void Engine::on_rnr_timeout(Qp* qp) {
-  qp->rnr_waiting = false;
+  qp->req.rnr_waiting = false;
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
-  trace({VerbsEvent::Kind::kRnrResend, qp->qpn, 0, 0, 0, 0, qp->comp_psn.value()});
+  trace({VerbsEvent::Kind::kRnrResend, qp->qpn, 0, 0, 0, 0, qp->comp.psn.value()});
   schedule(qp);
   arm_retransmit(qp);
 }
@@ -178,34 +178,34 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
   const OpcodeInfo& info = *p.info;
 
   // A response must be for a PSN we have sent and not yet seen acknowledged.
-  if (psn - qp->sq_psn >= 0) {
+  if (psn - qp->req.psn >= 0) {
     counters_.inc(Counter::rx_drop_unexpected_resp);
     return;
   }
 
   if (info.op == Operation::kAck) {
     const AethRepr& a = p.hdr.ext.aeth;
-    if (psn - qp->comp_psn < -1) return;  // an old, duplicate ACK
+    if (psn - qp->comp.psn < -1) return;  // an old, duplicate ACK
     switch (a.kind()) {
       case AckKind::kAck: ack_upto(qp, psn + 1); return;
       case AckKind::kRnrNak: {
         counters_.inc(Counter::rnr_naks_rcvd);
         ack_upto(qp, psn);
         if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
-        if (qp->rnr_retry_left == 0) {
+        if (qp->comp.rnr_retry_left == 0) {
           const uint64_t i = first_open(qp);
-          if (i < qp->sq_assigned_end) {
+          if (i < qp->req.assigned_end) {
             counters_.inc(Counter::rnr_retry_exceeded);
             fail_send(qp, qp->sq.at_abs(i), IBV_WC_RNR_RETRY_EXC_ERR);
           }
           return;
         }
-        if (qp->rnr_retry != 7) --qp->rnr_retry_left;  // 7 means retry forever
+        if (qp->rnr_retry != 7) --qp->comp.rnr_retry_left;  // 7 means retry forever
         retry_from(qp, psn);
-        qp->rnr_waiting = true;
-        timers_.cancel(qp->retransmit_timer);
+        qp->req.rnr_waiting = true;
+        timers_.cancel(qp->comp.retransmit_timer);
         // Wait at least the responder's timer value before sending again.
-        timers_.arm(qp->rnr_timer, now_ + rnr_timer_ns(a.rnr_timer_code()));
+        timers_.arm(qp->req.rnr_timer, now_ + rnr_timer_ns(a.rnr_timer_code()));
         return;
       }
       case AckKind::kNak: {
@@ -215,8 +215,8 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
           counters_.inc(Counter::seq_naks_rcvd);
           // Already going back to exactly this PSN (e.g. the responder NAKs the rest of a
           // message it just RNR-NAKed): one retry is enough.
-          if (qp->rnr_waiting || (qp->retry_pending && qp->retry_psn == psn)) return;
-          qp->cwnd = std::max(kMinCwnd, qp->cwnd / 2);
+          if (qp->req.rnr_waiting || (qp->req.retry_pending && qp->req.retry_psn == psn)) return;
+          qp->comp.cwnd = std::max(kMinCwnd, qp->comp.cwnd / 2);
           if (retry_on_gap(qp)) retry_from(qp, psn);
           return;
         }
@@ -225,7 +225,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         if (a.nak_code() == NakCode::kInvalidRequest) st = IBV_WC_REM_INV_REQ_ERR;
         if (a.nak_code() == NakCode::kRemoteAccessError) st = IBV_WC_REM_ACCESS_ERR;
         const uint64_t i = first_open(qp);
-        if (i < qp->sq_assigned_end) fail_send(qp, qp->sq.at_abs(i), st);
+        if (i < qp->req.assigned_end) fail_send(qp, qp->sq.at_abs(i), st);
         return;
       }
       case AckKind::kReserved: counters_.inc(Counter::rx_drop_unexpected_resp); return;
@@ -235,7 +235,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
 
   // READ response or ATOMIC ACKNOWLEDGE: find the READ/ATOMIC it answers. Everything before
   // it with a lower PSN is implicitly acknowledged.
-  for (uint64_t i = qp->sq.head_index(); i < qp->sq_assigned_end; ++i) {
+  for (uint64_t i = qp->sq.head_index(); i < qp->req.assigned_end; ++i) {
     SendWqe& w = qp->sq.at_abs(i);
     if (w.state == WqeState::kDone) continue;
     if (!w.uses_rd_atomic()) {
@@ -252,16 +252,16 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       // A response went missing (a PSN gap inside the READ, or this READ/ATOMIC's response
       // lost and a later one arrived): ask again from the expected PSN, once. The rest of
       // the old response stream that is still in flight is ignored until it arrives.
-      if (qp->resp_gap && qp->resp_gap_psn == expected) return;
+      if (qp->comp.resp_gap && qp->comp.resp_gap_psn == expected) return;
       ack_upto(qp, w.first_psn);
       counters_.inc(psn - w.last_psn() > 0 ? Counter::implicit_naks : Counter::seq_naks_rcvd);
       if (!retry_on_gap(qp)) return;
-      qp->resp_gap = true;
-      qp->resp_gap_psn = expected;
+      qp->comp.resp_gap = true;
+      qp->comp.resp_gap_psn = expected;
       retry_from(qp, expected);
       return;
     }
-    qp->resp_gap = false;
+    qp->comp.resp_gap = false;
     ack_upto(qp, w.first_psn);
     if (qp->state == IBV_QPS_ERR) return;
     if (info.op == Operation::kAtomicAck) {
@@ -297,7 +297,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       }
       ++w.read_done;
       widen_cwnd(qp, psn + 1);  // a response segment acknowledges its PSN, as an ACK does
-      qp->comp_psn = psn + 1;
+      qp->comp.psn = psn + 1;
       note_progress(qp);
       if (!last_seg) {
         arm_retransmit(qp);

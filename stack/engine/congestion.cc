@@ -30,23 +30,23 @@ constexpr uint64_t kRateStaleNs = 1'000'000;
 }  // namespace
 
 void Engine::cc_init_qp(Qp* qp) {
-  for (Timer* t : {&qp->pace_timer, &qp->cc_alpha_timer, &qp->cc_rate_timer}) t->owner = qp;
-  qp->pace_timer.kind = kTimerPace;
-  qp->cc_alpha_timer.kind = kTimerCcAlpha;
-  qp->cc_rate_timer.kind = kTimerCcRate;
-  qp->dcqcn = Dcqcn(cfg_.cc.dcqcn);
+  for (Timer* t : {&qp->cc.pace_timer, &qp->cc.alpha_timer, &qp->cc.rate_timer}) t->owner = qp;
+  qp->cc.pace_timer.kind = kTimerPace;
+  qp->cc.alpha_timer.kind = kTimerCcAlpha;
+  qp->cc.rate_timer.kind = kTimerCcRate;
+  qp->cc.dcqcn = Dcqcn(cfg_.cc.dcqcn);
 }
 
 void Engine::cc_reset_qp(Qp* qp) {
-  timers_.cancel(qp->pace_timer);
-  timers_.cancel(qp->cc_alpha_timer);
-  timers_.cancel(qp->cc_rate_timer);
-  qp->dcqcn = Dcqcn(cfg_.cc.dcqcn);
-  qp->pace_next_ns = 0;
-  qp->sent_window_start_ns = qp->sent_window_bytes = qp->sent_rate_at_ns = 0;
-  qp->sent_rate_mbps = 0;
-  qp->cnp_sent_any = false;
-  qp->cnps_rcvd = 0;
+  timers_.cancel(qp->cc.pace_timer);
+  timers_.cancel(qp->cc.alpha_timer);
+  timers_.cancel(qp->cc.rate_timer);
+  qp->cc.dcqcn = Dcqcn(cfg_.cc.dcqcn);
+  qp->cc.pace_next_ns = 0;
+  qp->cc.sent_window_start_ns = qp->cc.sent_window_bytes = qp->cc.sent_rate_at_ns = 0;
+  qp->cc.sent_rate_mbps = 0;
+  qp->cc.cnp_sent_any = false;
+  qp->cc.cnps_rcvd = 0;
 }
 
 void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
@@ -54,7 +54,7 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
   // Data only: a request, or a READ response (the responder is the one sending the data).
   // An ACK that met a full queue is no sign of this QP's own data causing it.
   if (!p.info->is_request() && p.info->op != Operation::kReadResponse) return;
-  if (qp->cnp_sent_any && now_ - qp->cnp_sent_ns < cfg_.cc.min_time_between_cnps_ns) {
+  if (qp->cc.cnp_sent_any && now_ - qp->cc.cnp_sent_ns < cfg_.cc.min_time_between_cnps_ns) {
     counters_.inc(Counter::cnp_held);
     return;
   }
@@ -74,8 +74,8 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
   Frame* f = build_packet(h, 0, &lay);
   if (f == nullptr) return;
   send_built(f, lay);
-  qp->cnp_sent_ns = now_;
-  qp->cnp_sent_any = true;
+  qp->cc.cnp_sent_ns = now_;
+  qp->cc.cnp_sent_any = true;
   counters_.inc(Counter::cnp_sent);
 }
 
@@ -90,13 +90,13 @@ void Engine::receive_cnp(const ParsedPacket& p) {
     return;
   }
   counters_.inc(Counter::cnp_rcvd);
-  ++qp->cnps_rcvd;
+  ++qp->cc.cnps_rcvd;
   if (!cfg_.cc.ecn) return;  // counted, no reaction
-  const bool fresh = qp->sent_rate_at_ns != 0 && now_ - qp->sent_rate_at_ns < kRateStaleNs;
-  if (!qp->dcqcn.on_cnp(now_, fresh ? qp->sent_rate_mbps : 0)) return;
+  const bool fresh = qp->cc.sent_rate_at_ns != 0 && now_ - qp->cc.sent_rate_at_ns < kRateStaleNs;
+  if (!qp->cc.dcqcn.on_cnp(now_, fresh ? qp->cc.sent_rate_mbps : 0)) return;
   counters_.inc(Counter::cc_rate_cuts);
-  timers_.arm(qp->cc_alpha_timer, now_ + cfg_.cc.dcqcn.dce_tcp_rtt_ns);
-  timers_.arm(qp->cc_rate_timer, now_ + cfg_.cc.dcqcn.rpg_time_reset_ns);
+  timers_.arm(qp->cc.alpha_timer, now_ + cfg_.cc.dcqcn.dce_tcp_rtt_ns);
+  timers_.arm(qp->cc.rate_timer, now_ + cfg_.cc.dcqcn.rpg_time_reset_ns);
   trace_rate(qp, VerbsEvent::kRateCut);
 }
 
@@ -106,27 +106,27 @@ void Engine::on_cc_timer(Timer& t) {
     schedule(qp);
     return;
   }
-  if (!qp->dcqcn.limited()) return;
+  if (!qp->cc.dcqcn.limited()) return;
   if (t.kind == kTimerCcAlpha) {
-    qp->dcqcn.on_alpha_timer();
-    timers_.arm(qp->cc_alpha_timer, now_ + cfg_.cc.dcqcn.dce_tcp_rtt_ns);
+    qp->cc.dcqcn.on_alpha_timer();
+    timers_.arm(qp->cc.alpha_timer, now_ + cfg_.cc.dcqcn.dce_tcp_rtt_ns);
     return;
   }
-  qp->dcqcn.on_rate_timer();
-  if (qp->dcqcn.limited()) {
-    timers_.arm(qp->cc_rate_timer, now_ + cfg_.cc.dcqcn.rpg_time_reset_ns);
+  qp->cc.dcqcn.on_rate_timer();
+  if (qp->cc.dcqcn.limited()) {
+    timers_.arm(qp->cc.rate_timer, now_ + cfg_.cc.dcqcn.rpg_time_reset_ns);
     trace_rate(qp, VerbsEvent::kRateTimer);
   } else {
-    timers_.cancel(qp->cc_alpha_timer);
+    timers_.cancel(qp->cc.alpha_timer);
     trace_rate(qp, VerbsEvent::kRateLine);
   }
   schedule(qp);  // a faster pace may let a waiting packet go now
 }
 
 bool Engine::pace_wait(Qp* qp) {
-  if (!cfg_.cc.ecn || now_ >= qp->pace_next_ns) return false;
-  if (!qp->dcqcn.limited() && !cfg_.cc.pace_at_line_rate) return false;
-  if (!qp->pace_timer.armed) timers_.arm(qp->pace_timer, qp->pace_next_ns);
+  if (!cfg_.cc.ecn || now_ >= qp->cc.pace_next_ns) return false;
+  if (!qp->cc.dcqcn.limited() && !cfg_.cc.pace_at_line_rate) return false;
+  if (!qp->cc.pace_timer.armed) timers_.arm(qp->cc.pace_timer, qp->cc.pace_next_ns);
   counters_.inc(Counter::cc_paced);
   return true;
 }
@@ -134,26 +134,26 @@ bool Engine::pace_wait(Qp* qp) {
 void Engine::paced(Qp* qp, uint32_t bytes) {
   if (!cfg_.cc.ecn) return;
   // What it really sends: the first cut starts from there.
-  if (now_ - qp->sent_window_start_ns >= kRateWindowNs) {
-    if (qp->sent_window_start_ns != 0 && now_ - qp->sent_window_start_ns < kRateStaleNs) {
-      qp->sent_rate_mbps = static_cast<double>(qp->sent_window_bytes) * 8000.0 /
-                           static_cast<double>(now_ - qp->sent_window_start_ns);
-      qp->sent_rate_at_ns = now_;
+  if (now_ - qp->cc.sent_window_start_ns >= kRateWindowNs) {
+    if (qp->cc.sent_window_start_ns != 0 && now_ - qp->cc.sent_window_start_ns < kRateStaleNs) {
+      qp->cc.sent_rate_mbps = static_cast<double>(qp->cc.sent_window_bytes) * 8000.0 /
+                           static_cast<double>(now_ - qp->cc.sent_window_start_ns);
+      qp->cc.sent_rate_at_ns = now_;
     }
-    qp->sent_window_start_ns = now_;
-    qp->sent_window_bytes = 0;
+    qp->cc.sent_window_start_ns = now_;
+    qp->cc.sent_window_bytes = 0;
   }
-  qp->sent_window_bytes += bytes;
+  qp->cc.sent_window_bytes += bytes;
   // The pacer's clock (it holds packets while the rate is cut, or always at the line rate
   // when asked: a burst then leaves at that rate, as through a NIC, not at memory's speed).
-  const uint64_t start = std::max(qp->pace_next_ns, now_ > kPaceSlackNs ? now_ - kPaceSlackNs : 0);
-  qp->pace_next_ns = start + qp->dcqcn.wire_time_ns(bytes);
-  if (!qp->dcqcn.on_bytes(bytes)) return;
-  if (qp->dcqcn.limited()) {
+  const uint64_t start = std::max(qp->cc.pace_next_ns, now_ > kPaceSlackNs ? now_ - kPaceSlackNs : 0);
+  qp->cc.pace_next_ns = start + qp->cc.dcqcn.wire_time_ns(bytes);
+  if (!qp->cc.dcqcn.on_bytes(bytes)) return;
+  if (qp->cc.dcqcn.limited()) {
     trace_rate(qp, VerbsEvent::kRateBytes);
   } else {
-    timers_.cancel(qp->cc_alpha_timer);
-    timers_.cancel(qp->cc_rate_timer);
+    timers_.cancel(qp->cc.alpha_timer);
+    timers_.cancel(qp->cc.rate_timer);
     trace_rate(qp, VerbsEvent::kRateLine);
   }
 }
@@ -164,9 +164,9 @@ void Engine::trace_rate(const Qp* qp, int cause) const {
   e.kind = VerbsEvent::Kind::kRate;
   e.qpn = qp->qpn;
   e.opcode = cause;
-  e.length = static_cast<uint32_t>(qp->dcqcn.rate_mbps());
-  e.psn = static_cast<uint32_t>(qp->dcqcn.target_mbps());
-  e.status = static_cast<int>(qp->dcqcn.alpha() * 1024);
+  e.length = static_cast<uint32_t>(qp->cc.dcqcn.rate_mbps());
+  e.psn = static_cast<uint32_t>(qp->cc.dcqcn.target_mbps());
+  e.status = static_cast<int>(qp->cc.dcqcn.alpha() * 1024);
   tracer_->event(e);
 }
 
@@ -174,13 +174,13 @@ size_t Engine::cc_limited_qps(CcQpStats* out, size_t max) const {
   size_t n = 0;
   for (const auto& q : qps_) {
     if (n == max) break;
-    if (q == nullptr || !q->dcqcn.limited()) continue;
+    if (q == nullptr || !q->cc.dcqcn.limited()) continue;
     out[n++] = {q->qpn,
-                static_cast<uint32_t>(q->dcqcn.rate_mbps()),
-                static_cast<uint32_t>(q->dcqcn.target_mbps()),
-                static_cast<uint32_t>(q->dcqcn.alpha() * 1024),
-                q->cnps_rcvd,
-                q->dcqcn.cuts()};
+                static_cast<uint32_t>(q->cc.dcqcn.rate_mbps()),
+                static_cast<uint32_t>(q->cc.dcqcn.target_mbps()),
+                static_cast<uint32_t>(q->cc.dcqcn.alpha() * 1024),
+                q->cc.cnps_rcvd,
+                q->cc.dcqcn.cuts()};
   }
   return n;
 }

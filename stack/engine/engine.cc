@@ -302,27 +302,27 @@ size_t Engine::qp_states(QpStats* out, size_t max, size_t* shown) const {
     const auto flag = [&](bool on, QpStats::Flag f) {
       if (on) s.flags |= f;
     };
-    flag(q->retransmit_timer.armed, QpStats::kRetransmitArmed);
-    flag(q->rnr_waiting, QpStats::kRnrWaiting);
-    flag(q->resp_gap, QpStats::kRespGap);
-    flag(q->retry_pending, QpStats::kRetryPending);
-    flag(q->in_msg, QpStats::kInMessage);
-    flag(q->ack_pending, QpStats::kAckPending);
+    flag(q->comp.retransmit_timer.armed, QpStats::kRetransmitArmed);
+    flag(q->req.rnr_waiting, QpStats::kRnrWaiting);
+    flag(q->comp.resp_gap, QpStats::kRespGap);
+    flag(q->req.retry_pending, QpStats::kRetryPending);
+    flag(q->resp.in_msg, QpStats::kInMessage);
+    flag(q->resp.ack_pending, QpStats::kAckPending);
     flag(q->scheduled, QpStats::kScheduled);
     flag(q->doorbell.load(std::memory_order_relaxed), QpStats::kDoorbell);
     // The rings' indexes are the engine's (consumer) side and a racy read of the producer's:
     // a snapshot for people, not for decisions.
     s.sq_posted = static_cast<uint32_t>(q->sq.size());
     s.rq_posted = q->srq != nullptr ? 0 : static_cast<uint32_t>(q->rq.size());
-    s.sq_psn = q->sq_psn.value();
-    s.comp_psn = q->comp_psn.value();
-    s.epsn = q->epsn.value();
-    s.msn = q->msn;
-    s.cwnd = q->cwnd;
-    s.retry_left = q->retry_left;
-    s.rnr_retry_left = q->rnr_retry_left;
-    if (q->retransmit_timer.armed && q->retransmit_timer.expires_ns > now_)
-      s.timer_in_us = (q->retransmit_timer.expires_ns - now_) / 1000;
+    s.sq_psn = q->req.psn.value();
+    s.comp_psn = q->comp.psn.value();
+    s.epsn = q->resp.epsn.value();
+    s.msn = q->resp.msn;
+    s.cwnd = q->comp.cwnd;
+    s.retry_left = q->comp.retry_left;
+    s.rnr_retry_left = q->comp.rnr_retry_left;
+    if (q->comp.retransmit_timer.armed && q->comp.retransmit_timer.expires_ns > now_)
+      s.timer_in_us = (q->comp.retransmit_timer.expires_ns - now_) / 1000;
   }
   if (shown != nullptr) *shown = n;
   return total;

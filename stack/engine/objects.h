@@ -210,6 +210,95 @@ enum TimerKind : uint8_t {
   kTimerCcRate,   // DCQCN's rate-increase timer
 };
 
+/// The requester (requester.cc): turns send WQEs into packets.
+struct Requester {
+  uint64_t cursor = 0;        // absolute index of the WQE being sent next
+  uint64_t assigned_end = 0;  // absolute index after the last WQE with PSNs assigned
+  Psn psn;                    // next PSN to assign
+  uint32_t rd_atomic_outstanding = 0;
+  uint32_t pkts_since_ackreq = 0;
+  Psn max_sent_psn;  // highest PSN transmitted (to count retransmissions)
+  bool sent_any = false;
+  // Go-back-N (rewind_requester): the completer asked to re-send from retry_psn and the
+  // re-sent packet is not out yet.
+  bool retry_pending = false;
+  Psn retry_psn;
+  // The peer said RNR: nothing is sent until rnr_timer fires.
+  bool rnr_waiting = false;
+  Timer rnr_timer;
+  bool drained_notified = false;  // IBV_EVENT_SQ_DRAINED raised for this SQD
+};
+
+/// The completer (completer.cc): ACKs, NAKs and responses; retries and the ACK timer.
+struct Completer {
+  Psn psn;  // oldest PSN not yet acknowledged
+  uint8_t retry_left = 7;
+  uint8_t rnr_retry_left = 7;
+  bool resp_gap = false;  // responses after a gap are being ignored until resp_gap_psn
+  Psn resp_gap_psn;
+  // Go-back-N rounds since the last forward progress. retry_cnt bounds the rounds a timeout
+  // starts; a gap or NAK starts one at once when none is under way, and while one is, one
+  // more per timeout period (retry_on_gap, completer.cc).
+  bool retry_started = false;
+  bool extra_retry_used = false;
+  // Congestion window, in packets past psn that may be on the wire (RC). It is the
+  // configured tx_window on a clean path; a retransmission timeout cuts it to kMinCwnd and a
+  // PSN sequence NAK halves it, then every newly acknowledged packet adds one (slow start)
+  // until it is back at tx_window. Without it a go-back-N re-sends the whole window at once
+  // into a receiver that is already behind (seen against rdma_rxe under emulation: the
+  // re-sends queued behind stale ones until the retry count ran out). The requester reads it.
+  uint32_t cwnd = 0;
+  Timer retransmit_timer;
+};
+
+/// The responder (responder.cc): executes requests, answers READs and atomics, ACKs.
+struct Responder {
+  Psn epsn;          // next PSN expected
+  uint32_t msn = 0;  // messages completed (24 bits on the wire)
+  bool seq_nak_sent = false;
+  // The message being received.
+  bool in_msg = false;
+  wire::Operation msg_op = wire::Operation::kSend;
+  bool have_rwqe = false;
+  RecvWqe rwqe;
+  uint32_t rwqe_offset = 0;
+  // RDMA WRITE in progress: its R_Key and the address of its next byte. Every packet checks
+  // them again (never a pointer kept from the first), so ibv_dereg_mr between two packets
+  // stops the WRITE.
+  uint32_t write_rkey = 0;
+  uint64_t write_va = 0;
+  uint32_t write_left = 0;
+  uint32_t write_len = 0;
+  // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin), sized when that
+  // attribute is set, so that a QP costs what it allows.
+  std::vector<RdAtomicRes> res = std::vector<RdAtomicRes>(1);
+  uint32_t res_next = 0;
+  uint32_t res_sending = 0;  // resources with a response stream in progress
+  // Coalesced ACK waiting to be sent.
+  bool ack_pending = false;
+  Psn ack_psn;
+  uint32_t ack_msn = 0;  // the MSN when ack_psn was queued: later messages may complete first
+};
+
+/// Congestion control's per-QP state (congestion.cc). The reaction point: DCQCN's rate and
+/// the pacer that holds the requester to it while the rate is below the line rate. The
+/// notification point: when this QP last sent its peer a CNP.
+struct CcState {
+  Dcqcn dcqcn;
+  uint64_t pace_next_ns = 0;  // the next packet may leave at this time
+  // The rate the QP really sends at: bytes over windows of at least kRateWindowNs.
+  uint64_t sent_window_start_ns = 0;
+  uint64_t sent_window_bytes = 0;
+  uint64_t sent_rate_at_ns = 0;  // when sent_rate_mbps was measured
+  double sent_rate_mbps = 0;
+  uint64_t cnp_sent_ns = 0;
+  bool cnp_sent_any = false;
+  uint64_t cnps_rcvd = 0;
+  Timer pace_timer;
+  Timer alpha_timer;
+  Timer rate_timer;
+};
+
 struct Qp {
   // First: lets the verbs layer convert ibv_qp* back to Qp*. ibv_qp_ex starts with an
   // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast.
@@ -258,90 +347,24 @@ struct Qp {
   Path path;
   wire::RoceHeaders tx_template;  // addresses, ports, P_Key, dest QP: per-packet fields vary
 
-  // Send queue and requester. Posters produce into `sq` under sq_mu; the engine consumes.
+  // The two work queues: posters produce into them under sq_mu / rq_mu, the engine consumes.
   Ring<SendWqe> sq;
-  uint64_t sq_cursor = 0;        // absolute index of the WQE being sent next
-  uint64_t sq_assigned_end = 0;  // absolute index after the last WQE with PSNs assigned
-  Psn sq_psn;                    // next PSN to assign
-  uint32_t rd_atomic_outstanding = 0;
-  uint32_t pkts_since_ackreq = 0;
-  Psn max_sent_psn;      // highest PSN transmitted (to count retransmissions)
-  bool sent_any = false;
-
-  // Completer.
-  Psn comp_psn;  // oldest PSN not yet acknowledged
-  uint8_t retry_left = 7;
-  uint8_t rnr_retry_left = 7;
-  bool rnr_waiting = false;
-  bool resp_gap = false;       // responses after a gap are being ignored until resp_gap_psn
-  Psn resp_gap_psn;
-  bool retry_pending = false;  // retry_from(retry_psn) asked, the re-sent packet not out yet
-  Psn retry_psn;
-  // Go-back-N rounds since the last forward progress. retry_cnt bounds the rounds a timeout
-  // starts; a gap or NAK starts one at once when none is under way, and while one is, one
-  // more per timeout period (retry_on_gap, completer.cc).
-  bool retry_started = false;
-  bool extra_retry_used = false;
-  // Congestion window, in packets past comp_psn that may be on the wire (RC). It is the
-  // configured tx_window on a clean path; a retransmission timeout cuts it to kMinCwnd and a
-  // PSN sequence NAK halves it, then every newly acknowledged packet adds one (slow start)
-  // until it is back at tx_window. Without it a go-back-N re-sends the whole window at once
-  // into a receiver that is already behind (seen against rdma_rxe under emulation: the
-  // re-sends queued behind stale ones until the retry count ran out).
-  uint32_t cwnd = 0;
-  Timer retransmit_timer;
-  Timer rnr_timer;
-
-  // Congestion control (congestion.cc). The reaction point: DCQCN's rate and the pacer that
-  // holds the requester to it while the rate is below the line rate. The notification
-  // point: when this QP last sent its peer a CNP.
-  Dcqcn dcqcn;
-  uint64_t pace_next_ns = 0;  // the next packet may leave at this time
-  // The rate the QP really sends at: bytes over windows of at least kRateWindowNs.
-  uint64_t sent_window_start_ns = 0;
-  uint64_t sent_window_bytes = 0;
-  uint64_t sent_rate_at_ns = 0;  // when sent_rate_mbps was measured
-  double sent_rate_mbps = 0;
-  uint64_t cnp_sent_ns = 0;
-  bool cnp_sent_any = false;
-  uint64_t cnps_rcvd = 0;
-  Timer pace_timer;
-  Timer cc_alpha_timer;
-  Timer cc_rate_timer;
-
-  // Receive queue and responder. Posters produce into `rq` under rq_mu; the engine consumes.
   Ring<RecvWqe> rq;
-  Psn epsn;          // next PSN expected
-  uint32_t msn = 0;  // messages completed (24 bits on the wire)
-  bool seq_nak_sent = false;
-  // The message being received.
-  bool in_msg = false;
-  wire::Operation msg_op = wire::Operation::kSend;
-  bool have_rwqe = false;
-  RecvWqe rwqe;
-  uint32_t rwqe_offset = 0;
-  // RDMA WRITE in progress: its R_Key and the address of its next byte. Every packet checks
-  // them again (never a pointer kept from the first), so ibv_dereg_mr between two packets
-  // stops the WRITE.
-  uint32_t write_rkey = 0;
-  uint64_t write_va = 0;
-  uint32_t write_left = 0;
-  uint32_t write_len = 0;
-  // READ/ATOMIC resources (max_dest_rd_atomic of them, used round-robin), sized when that
-  // attribute is set, so that a QP costs what it allows.
-  std::vector<RdAtomicRes> res = std::vector<RdAtomicRes>(1);
-  uint32_t res_next = 0;
-  uint32_t res_sending = 0;  // resources with a response stream in progress
-  // Coalesced ACK waiting to be sent.
-  bool ack_pending = false;
-  Psn ack_psn;
-  uint32_t ack_msn = 0;  // the MSN when ack_psn was queued: later messages may complete first
-  uint8_t ack_syndrome = 0;
+
+  // The three roles of the transport, each in its own file and struct (STYLE.md 15): the
+  // requester sends the send queue's WQEs, the completer reads ACKs and responses and
+  // completes them, the responder executes the peer's requests. A role writes only its own
+  // struct; it drives another through that role's named calls (Engine::rewind_requester,
+  // release_rd_atomic, ...), so that grep finds every place a role is driven from outside.
+  Requester req;
+  Completer comp;
+  Responder resp;
+  // Congestion control (congestion.cc): DCQCN's reaction point and the notification point.
+  CcState cc;
 
   // Engine bookkeeping.
   bool scheduled = false;  // in the engine's active list
   bool flush_pending = false;
-  bool sq_drained_notified = false;
   bool last_wqe_reached = false;  // IBV_EVENT_QP_LAST_WQE_REACHED raised (SRQ QPs), until reset
   bool comm_est_raised = false;   // IBV_EVENT_COMM_EST raised (first packet in RTR), until reset
 };

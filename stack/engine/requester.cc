@@ -108,9 +108,9 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   if (is_reliable(qp->type)) {
     // Ask for an ACK at the end of every message, now and then inside long ones, and on the
     // packet that fills the congestion window (nothing more goes out until an ACK comes).
-    b.ack_req = last || ++qp->pkts_since_ackreq >= cfg_.ack_every ||
-                (psn + 1) - qp->comp_psn >= static_cast<int32_t>(qp->cwnd);
-    if (b.ack_req) qp->pkts_since_ackreq = 0;
+    b.ack_req = last || ++qp->req.pkts_since_ackreq >= cfg_.ack_every ||
+                (psn + 1) - qp->comp.psn >= static_cast<int32_t>(qp->comp.cwnd);
+    if (b.ack_req) qp->req.pkts_since_ackreq = 0;
   }
 
   FrameLayout lay;
@@ -121,10 +121,10 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
     fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
     return false;
   }
-  if (psn - qp->max_sent_psn <= 0 && qp->sent_any) counters_.inc(Counter::retransmitted_pkts);
-  if (!qp->sent_any || psn - qp->max_sent_psn > 0) qp->max_sent_psn = psn;
-  qp->sent_any = true;
-  qp->retry_pending = false;
+  if (psn - qp->req.max_sent_psn <= 0 && qp->req.sent_any) counters_.inc(Counter::retransmitted_pkts);
+  if (!qp->req.sent_any || psn - qp->req.max_sent_psn > 0) qp->req.max_sent_psn = psn;
+  qp->req.sent_any = true;
+  qp->req.retry_pending = false;
   send_built(f, lay);
   paced(qp, static_cast<uint32_t>(lay.len));
 
@@ -141,7 +141,7 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
   RoceHeaders h = headers_for(w.ah->path, qp->qpn, w.remote_qpn);
   h.bth.opcode = w.opcode == IBV_WR_SEND_WITH_IMM ? opcode::kUdSendOnlyImm : opcode::kUdSendOnly;
   h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
-  h.bth.psn = qp->sq_psn.value();
+  h.bth.psn = qp->req.psn.value();
   // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.5).
   const uint32_t qkey = (w.remote_qkey & 0x80000000u) ? qp->qkey : w.remote_qkey;
   h.ext.deth = {qkey, 0, qp->qpn};
@@ -156,26 +156,26 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
     return;
   }
   send_built(f, lay);
-  ++qp->sq_psn;
+  ++qp->req.psn;
   w.state = WqeState::kDone;
 }
 
 bool Engine::requester_step(Qp* qp, uint32_t* budget) {
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return false;
-  if (qp->rnr_waiting) return false;  // the RNR timer reschedules us
+  if (qp->req.rnr_waiting) return false;  // the RNR timer reschedules us
 
   bool more = false;
-  while (qp->sq_cursor != qp->sq.tail_index()) {
+  while (qp->req.cursor != qp->sq.tail_index()) {
     if (*budget == 0) {
       more = true;
       break;
     }
-    SendWqe& w = qp->sq.at_abs(qp->sq_cursor);
+    SendWqe& w = qp->sq.at_abs(qp->req.cursor);
     if (w.state == WqeState::kDone) {  // acknowledged while we were going back
-      ++qp->sq_cursor;
+      ++qp->req.cursor;
       continue;
     }
-    if (qp->sq_cursor == qp->sq_assigned_end) {
+    if (qp->req.cursor == qp->req.assigned_end) {
       // A new WQE: may it start now?
       if (qp->state == IBV_QPS_SQD) break;  // draining: no new work
       if (w.is_local()) {
@@ -183,10 +183,10 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         // fenced bind waits for the READs and atomics before it, as a fenced SEND does). A
         // local invalidate waits until everything before it has completed, as rxe's does:
         // work posted earlier may still be using the window.
-        if ((w.send_flags & IBV_SEND_FENCE) && qp->rd_atomic_outstanding > 0) break;
-        if (w.info().waits_for_all_before && qp->sq.head_index() != qp->sq_cursor) break;
-        ++qp->sq_assigned_end;
-        ++qp->sq_cursor;
+        if ((w.send_flags & IBV_SEND_FENCE) && qp->req.rd_atomic_outstanding > 0) break;
+        if (w.info().waits_for_all_before && qp->sq.head_index() != qp->req.cursor) break;
+        ++qp->req.assigned_end;
+        ++qp->req.cursor;
         if (!run_local_op(qp, w)) return false;  // the QP is in error
         retire_sq(qp);
         continue;
@@ -194,39 +194,39 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       if (is_reliable(qp->type)) {
         // All the PSNs it will take, a READ's response packets included.
         const uint32_t n = psn_span(w, qp->mtu);
-        if (qp->sq_psn - qp->comp_psn + static_cast<int32_t>(n) >
+        if (qp->req.psn - qp->comp.psn + static_cast<int32_t>(n) >
                 static_cast<int32_t>(cfg_.tx_window) &&
-            qp->sq_psn != qp->comp_psn)
+            qp->req.psn != qp->comp.psn)
           break;  // window full: ACKs will reschedule us
-        if (w.uses_rd_atomic() && qp->rd_atomic_outstanding >= qp->max_rd_atomic) break;
-        if ((w.send_flags & IBV_SEND_FENCE) && qp->rd_atomic_outstanding > 0) break;
+        if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding >= qp->max_rd_atomic) break;
+        if ((w.send_flags & IBV_SEND_FENCE) && qp->req.rd_atomic_outstanding > 0) break;
       }
       if (!prepare_wqe(qp, w)) {
-        ++qp->sq_assigned_end;
-        ++qp->sq_cursor;
+        ++qp->req.assigned_end;
+        ++qp->req.cursor;
         fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
         return false;
       }
       if (qp->type == IBV_QPT_UD) {
-        ++qp->sq_assigned_end;
-        ++qp->sq_cursor;
+        ++qp->req.assigned_end;
+        ++qp->req.cursor;
         ud_send(qp, w);
         --*budget;
         retire_sq(qp);
         continue;
       }
-      w.first_psn = qp->sq_psn;
+      w.first_psn = qp->req.psn;
       w.npkts = psn_span(w, qp->mtu);
       w.sent = 0;
       w.state = WqeState::kSending;
-      qp->sq_psn += static_cast<int32_t>(w.npkts);
-      if (w.uses_rd_atomic()) ++qp->rd_atomic_outstanding;
-      ++qp->sq_assigned_end;
+      qp->req.psn += static_cast<int32_t>(w.npkts);
+      if (w.uses_rd_atomic()) ++qp->req.rd_atomic_outstanding;
+      ++qp->req.assigned_end;
     }
     if (is_reliable(qp->type)) {
       // Congestion window: the oldest unacknowledged packet may always go.
       const Psn next = w.first_psn + (w.uses_rd_atomic() ? 0 : static_cast<int32_t>(w.sent));
-      if (next != qp->comp_psn && next - qp->comp_psn >= static_cast<int32_t>(qp->cwnd))
+      if (next != qp->comp.psn && next - qp->comp.psn >= static_cast<int32_t>(qp->comp.cwnd))
         break;  // ACKs reopen it and reschedule us
     }
     if (pace_wait(qp)) break;  // DCQCN holds it below line rate: the pace timer wakes us
@@ -237,24 +237,24 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
     }
     --*budget;
     if (w.state == WqeState::kSent) {
-      ++qp->sq_cursor;
+      ++qp->req.cursor;
       if (qp->type == IBV_QPT_UC) {
         w.state = WqeState::kDone;  // UC: complete once it is on the wire
         retire_sq(qp);
       }
     }
-    if (is_reliable(qp->type) && !qp->retransmit_timer.armed) arm_retransmit(qp);
+    if (is_reliable(qp->type) && !qp->comp.retransmit_timer.armed) arm_retransmit(qp);
   }
-  if (qp->state == IBV_QPS_SQD && !qp->sq_drained_notified &&
-      qp->sq.head_index() == qp->sq_assigned_end) {
-    qp->sq_drained_notified = true;
+  if (qp->state == IBV_QPS_SQD && !qp->req.drained_notified &&
+      qp->sq.head_index() == qp->req.assigned_end) {
+    qp->req.drained_notified = true;
     if (qp->en_sqd_async_notify) post_event(IBV_EVENT_SQ_DRAINED, qp);
   }
   return more;
 }
 
 void Engine::retire_sq(Qp* qp) {
-  while (!qp->sq.empty() && qp->sq.head_index() < qp->sq_assigned_end) {
+  while (!qp->sq.empty() && qp->sq.head_index() < qp->req.assigned_end) {
     SendWqe& w = qp->sq.front();
     if (w.state != WqeState::kDone) break;
     const bool report = w.signaled || w.status != IBV_WC_SUCCESS;
@@ -270,7 +270,7 @@ void Engine::retire_sq(Qp* qp) {
     qp->sq.pop();
     if (report) push_cqe(qp->send_cq, wc, qp);
   }
-  if (qp->sq_cursor < qp->sq.head_index()) qp->sq_cursor = qp->sq.head_index();
+  if (qp->req.cursor < qp->sq.head_index()) qp->req.cursor = qp->sq.head_index();
 }
 
 bool Engine::run_local_op(Qp* qp, SendWqe& w) {
@@ -289,7 +289,7 @@ bool Engine::run_local_op(Qp* qp, SendWqe& w) {
 }
 
 void Engine::complete_send(Qp* qp, SendWqe& w) {
-  if (w.uses_rd_atomic() && qp->rd_atomic_outstanding > 0) --qp->rd_atomic_outstanding;
+  if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding > 0) --qp->req.rd_atomic_outstanding;
   w.state = WqeState::kDone;
   w.status = IBV_WC_SUCCESS;
 }

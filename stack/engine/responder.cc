@@ -24,11 +24,11 @@ enum class CopyResult { kOk, kTooLong, kBadKey };
 }  // namespace
 
 bool Engine::take_rwqe(Qp* qp) {
-  if (qp->have_rwqe) return true;
+  if (qp->resp.have_rwqe) return true;
   if (qp->srq != nullptr) {
     Srq* srq = qp->srq;
     if (srq->ring.empty()) return false;
-    qp->rwqe = srq->ring.front();
+    qp->resp.rwqe = srq->ring.front();
     srq->ring.pop();
     if (srq->limit != 0 && srq->ring.size() < srq->limit) {
       srq->limit = 0;  // the limit event fires once, then must be re-armed
@@ -36,27 +36,27 @@ bool Engine::take_rwqe(Qp* qp) {
     }
   } else {
     if (qp->rq.empty()) return false;
-    qp->rwqe = qp->rq.front();
+    qp->resp.rwqe = qp->rq.front();
     qp->rq.pop();
   }
-  qp->have_rwqe = true;
-  qp->rwqe_offset = 0;
+  qp->resp.have_rwqe = true;
+  qp->resp.rwqe_offset = 0;
   return true;
 }
 
 bool Engine::copy_to_rwqe(Qp* qp, const uint8_t* src, uint32_t len) {
-  if (!copy_to_sges(qp->pd, qp->rwqe.sge.data(), qp->rwqe.num_sge, qp->rwqe_offset, src, len))
+  if (!copy_to_sges(qp->pd, qp->resp.rwqe.sge.data(), qp->resp.rwqe.num_sge, qp->resp.rwqe_offset, src, len))
     return false;
-  qp->rwqe_offset += len;
+  qp->resp.rwqe_offset += len;
   return true;
 }
 
 void Engine::complete_recv(Qp* qp, const ParsedPacket& p, ibv_wc_status st) {
   ibv_wc wc{};
-  wc.wr_id = qp->rwqe.wr_id;
+  wc.wr_id = qp->resp.rwqe.wr_id;
   wc.status = st;
   wc.opcode = p.info->op == Operation::kWrite ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-  wc.byte_len = p.info->op == Operation::kWrite ? qp->write_len : qp->rwqe_offset;
+  wc.byte_len = p.info->op == Operation::kWrite ? qp->resp.write_len : qp->resp.rwqe_offset;
   wc.qp_num = qp->qpn;
   wc.src_qp = qp->type == IBV_QPT_UD ? p.hdr.ext.deth.src_qp : qp->dest_qpn;
   wc.pkey_index = qp->pkey_index;
@@ -79,7 +79,7 @@ void Engine::complete_recv(Qp* qp, const ParsedPacket& p, ibv_wc_status st) {
     // GRH area; rxe leaves it 0, and UCX 1.13 then drops every IPv4 datagram.
     wc.sl = p.hdr.ipv6 ? kWcSlRoceV2Ipv6 : kWcSlRoceV2Ipv4;
   }
-  qp->have_rwqe = false;
+  qp->resp.have_rwqe = false;
   push_cqe(qp->recv_cq, wc, qp);
 }
 
@@ -100,12 +100,12 @@ void Engine::no_receive_wqe(Qp* qp, Psn psn) {
   } else {
     // UC: the message is lost.
     counters_.inc(Counter::rx_drop_uc_msg);
-    qp->in_msg = false;
-    qp->epsn = psn + 1;
+    qp->resp.in_msg = false;
+    qp->resp.epsn = psn + 1;
   }
 }
 
-void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) { send_ack(qp, syndrome, psn, qp->msn); }
+void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn) { send_ack(qp, syndrome, psn, qp->resp.msn); }
 
 void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn, uint32_t msn) {
   RoceHeaders h = qp->tx_template;
@@ -119,9 +119,9 @@ void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn, uint32_t msn) {
 }
 
 void Engine::queue_ack(Qp* qp, Psn psn) {
-  qp->ack_pending = true;
-  qp->ack_psn = psn;
-  qp->ack_msn = qp->msn;
+  qp->resp.ack_pending = true;
+  qp->resp.ack_psn = psn;
+  qp->resp.ack_msn = qp->resp.msn;
   schedule(qp);
 }
 
@@ -131,11 +131,11 @@ void Engine::send_nak(Qp* qp, uint8_t syndrome, Psn psn, Counter c) {
   // (a request executed while an older READ was still being answered, now refused mid-stream)
   // must not: it would acknowledge the READ implicitly, and the requester would then take this
   // NAK for an old duplicate and wait forever.
-  if (qp->ack_pending && qp->ack_psn - psn >= 0) qp->ack_pending = false;
-  if (qp->ack_pending && qp->res_sending == 0) {
-    send_ack(qp, AethRepr::make_ack(), qp->ack_psn, qp->ack_msn);
+  if (qp->resp.ack_pending && qp->resp.ack_psn - psn >= 0) qp->resp.ack_pending = false;
+  if (qp->resp.ack_pending && qp->resp.res_sending == 0) {
+    send_ack(qp, AethRepr::make_ack(), qp->resp.ack_psn, qp->resp.ack_msn);
     counters_.inc(Counter::acks_sent);
-    qp->ack_pending = false;
+    qp->resp.ack_pending = false;
   }
   send_ack(qp, syndrome, psn);
 }
@@ -148,11 +148,11 @@ void Engine::responder_error(Qp* qp, NakCode code, Psn psn, ibv_wc_status local_
   if (code == NakCode::kRemoteOpError) c = Counter::rem_op_naks_sent;
   send_nak(qp, AethRepr::make_nak(code), psn, c);
   flush_tx();
-  if (qp->have_rwqe) {
-    qp->have_rwqe = false;
-    complete_recv_error(qp, qp->rwqe.wr_id, local_status);
+  if (qp->resp.have_rwqe) {
+    qp->resp.have_rwqe = false;
+    complete_recv_error(qp, qp->resp.rwqe.wr_id, local_status);
   }
-  qp->in_msg = false;
+  qp->resp.in_msg = false;
   enter_error(qp);
 }
 
@@ -164,18 +164,18 @@ bool Engine::claim_res(Qp* qp) {
   // one): the replay is dropped. Keeping it made a stale duplicate, delivered just before
   // the next READ (reordering), turn that READ into a NAK invalid request (rping at 5 %
   // reordering, docs/transport.md).
-  RdAtomicRes& res = qp->res[qp->res_next];
+  RdAtomicRes& res = qp->resp.res[qp->resp.res_next];
   if (!res.sending) return true;
   if (!res.replay) return false;
   res.sending = false;
-  --qp->res_sending;
+  --qp->resp.res_sending;
   counters_.inc(Counter::replays_dropped);
   return true;
 }
 
 RdAtomicRes* Engine::find_res(Qp* qp, Psn psn) {
   for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
-    RdAtomicRes& r = qp->res[i];
+    RdAtomicRes& r = qp->resp.res[i];
     if (r.valid && psn - r.first_psn >= 0 && psn - r.first_psn < static_cast<int32_t>(r.npkts))
       return &r;
   }
@@ -184,7 +184,7 @@ RdAtomicRes* Engine::find_res(Qp* qp, Psn psn) {
 
 bool Engine::bind_xrc_srq(Qp* qp, const ParsedPacket& p) {
   const uint32_t n = p.hdr.ext.xrceth.srqn;
-  if (qp->in_msg) {
+  if (qp->resp.in_msg) {
     // Every packet of a message names the SRQ its first one did.
     if (qp->srq != nullptr && qp->srq->handle == n) return true;
     responder_error(qp, NakCode::kInvalidRequest, Psn(p.hdr.bth.psn), IBV_WC_REM_INV_REQ_ERR);
@@ -199,7 +199,7 @@ bool Engine::bind_xrc_srq(Qp* qp, const ParsedPacket& p) {
     counters_.inc(Counter::xrc_bad_srqn);
     qp->srq = nullptr;
     qp->recv_cq = nullptr;
-    qp->have_rwqe = false;
+    qp->resp.have_rwqe = false;
     responder_error(qp, NakCode::kRemoteAccessError, Psn(p.hdr.bth.psn), IBV_WC_REM_ACCESS_ERR);
     post_event(IBV_EVENT_QP_ACCESS_ERR, qp);
     return false;
@@ -212,14 +212,14 @@ bool Engine::bind_xrc_srq(Qp* qp, const ParsedPacket& p) {
 
 void Engine::responder(Qp* qp, const ParsedPacket& p) {
   const Psn psn(p.hdr.bth.psn);
-  const int32_t d = psn - qp->epsn;
+  const int32_t d = psn - qp->resp.epsn;
   if (is_reliable(qp->type)) {
     if (d > 0) {
       // Ahead of the expected PSN: something was lost. One NAK per gap (IBA 9.7.5.2.2).
       counters_.inc(Counter::out_of_seq_requests);
-      if (!qp->seq_nak_sent) {
-        qp->seq_nak_sent = true;
-        send_nak(qp, AethRepr::make_nak(NakCode::kPsnSeqError), qp->epsn, Counter::seq_naks_sent);
+      if (!qp->resp.seq_nak_sent) {
+        qp->resp.seq_nak_sent = true;
+        send_nak(qp, AethRepr::make_nak(NakCode::kPsnSeqError), qp->resp.epsn, Counter::seq_naks_sent);
       }
       return;
     }
@@ -227,16 +227,16 @@ void Engine::responder(Qp* qp, const ParsedPacket& p) {
       duplicate_request(qp, p);
       return;
     }
-    qp->seq_nak_sent = false;
+    qp->resp.seq_nak_sent = false;
     if (qp->type == IBV_QPT_XRC_RECV && !bind_xrc_srq(qp, p)) return;
   } else if (d != 0) {
     // UC: a gap loses the message in progress; a new message may start at any PSN.
     counters_.inc(Counter::rx_drop_uc_msg);
-    qp->in_msg = false;
-    qp->rwqe_offset = 0;
-    qp->epsn = psn;
+    qp->resp.in_msg = false;
+    qp->resp.rwqe_offset = 0;
+    qp->resp.epsn = psn;
     if (!p.info->starts_message()) {
-      qp->epsn = psn + 1;
+      qp->resp.epsn = psn + 1;
       return;
     }
   }
@@ -255,14 +255,14 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       responder_error(qp, code, psn, local);
     } else {
       counters_.inc(Counter::rx_drop_uc_msg);
-      qp->in_msg = false;
-      qp->rwqe_offset = 0;
-      qp->epsn = psn + 1;
+      qp->resp.in_msg = false;
+      qp->resp.rwqe_offset = 0;
+      qp->resp.epsn = psn + 1;
     }
   };
 
   // Opcode sequence: inside a message only its middle/last may come; outside, a first/only.
-  const bool seq_ok = qp->in_msg ? (info.op == qp->msg_op && !info.starts_message())
+  const bool seq_ok = qp->resp.in_msg ? (info.op == qp->resp.msg_op && !info.starts_message())
                                  : info.starts_message();
   if (!seq_ok) {
     reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
@@ -283,13 +283,13 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         return;
       }
       if (info.starts_message()) {
-        qp->in_msg = true;
-        qp->msg_op = Operation::kSend;
+        qp->resp.in_msg = true;
+        qp->resp.msg_op = Operation::kSend;
       }
       if (!copy_to_rwqe(qp, p.payload.data(), len)) {
-        const bool too_long = qp->rwqe_offset + len > [&] {
+        const bool too_long = qp->resp.rwqe_offset + len > [&] {
           uint64_t cap = 0;
-          for (uint32_t i = 0; i < qp->rwqe.num_sge; ++i) cap += qp->rwqe.sge[i].length;
+          for (uint32_t i = 0; i < qp->resp.rwqe.num_sge; ++i) cap += qp->resp.rwqe.sge[i].length;
           return cap;
         }();
         reject(too_long ? NakCode::kInvalidRequest : NakCode::kRemoteOpError,
@@ -309,8 +309,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           }
           counters_.inc(Counter::windows_invalidated);
         }
-        qp->in_msg = false;
-        qp->msn = (qp->msn + 1) & 0xFFFFFF;
+        qp->resp.in_msg = false;
+        qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
         complete_recv(qp, p, IBV_WC_SUCCESS);
       }
       break;
@@ -329,17 +329,17 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
         }
-        qp->in_msg = true;
-        qp->msg_op = Operation::kWrite;
-        qp->write_rkey = p.hdr.ext.reth.rkey;
-        qp->write_va = p.hdr.ext.reth.va;
-        qp->write_left = qp->write_len = p.hdr.ext.reth.dma_len;
-        if (qp->write_len != 0) {
+        qp->resp.in_msg = true;
+        qp->resp.msg_op = Operation::kWrite;
+        qp->resp.write_rkey = p.hdr.ext.reth.rkey;
+        qp->resp.write_va = p.hdr.ext.reth.va;
+        qp->resp.write_left = qp->resp.write_len = p.hdr.ext.reth.dma_len;
+        if (qp->resp.write_len != 0) {
           // The whole range once, so that nothing is written of a WRITE that cannot fit.
           // An on-demand MR's pages are faulted in packet by packet (below), as an RNIC
           // faults only what it writes: a peer's one small packet announcing 4 GiB must
           // not make us commit 4 GiB.
-          if (mrs_.check_remote(qp->write_rkey, qp->pd, qp->qpn, qp->write_va, qp->write_len,
+          if (mrs_.check_remote(qp->resp.write_rkey, qp->pd, qp->qpn, qp->resp.write_va, qp->resp.write_len,
                                 IBV_ACCESS_REMOTE_WRITE, &host,
                                 /*fault_in=*/false) != mem::AccessError::kOk) {
             reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
@@ -348,7 +348,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           host = nullptr;  // the first packet's bytes are checked (and faulted in) below
         }
       }
-      if (len > qp->write_left) {
+      if (len > qp->resp.write_left) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
@@ -356,7 +356,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         // A later packet's bytes, against the MR as it is now: deregistered (or re-registered)
         // since the first packet means a remote access error, and nothing written.
         if (host == nullptr &&
-            mrs_.check_remote(qp->write_rkey, qp->pd, qp->qpn, qp->write_va, len,
+            mrs_.check_remote(qp->resp.write_rkey, qp->pd, qp->qpn, qp->resp.write_va, len,
                               IBV_ACCESS_REMOTE_WRITE, &host) != mem::AccessError::kOk) {
           counters_.inc(Counter::access_revoked);
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
@@ -364,17 +364,17 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         }
         std::memcpy(host, p.payload.data(), len);
       }
-      qp->write_va += len;
-      qp->write_left -= len;
+      qp->resp.write_va += len;
+      qp->resp.write_left -= len;
       if (info.ends_message()) {
-        if (qp->write_left != 0) {
+        if (qp->resp.write_left != 0) {
           reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
           return;
         }
-        qp->in_msg = false;
-        qp->msn = (qp->msn + 1) & 0xFFFFFF;
+        qp->resp.in_msg = false;
+        qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
         if (info.has_imm()) {
-          qp->rwqe_offset = 0;
+          qp->resp.rwqe_offset = 0;
           complete_recv(qp, p, IBV_WC_SUCCESS);
         }
       }
@@ -396,13 +396,13 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      RdAtomicRes& res = qp->res[qp->res_next];
-      qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
+      RdAtomicRes& res = qp->resp.res[qp->resp.res_next];
+      qp->resp.res_next = (qp->resp.res_next + 1) % qp->max_dest_rd_atomic;
       const uint32_t n = packets_for(r.dma_len, qp->mtu);
-      qp->msn = (qp->msn + 1) & 0xFFFFFF;
+      qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
       res = RdAtomicRes{true, false, psn, n, r.va, r.rkey, r.dma_len, 0, 0, true, false, qp->pd};
-      ++qp->res_sending;
-      qp->epsn = psn + static_cast<int32_t>(n);  // a READ uses one PSN per response packet
+      ++qp->resp.res_sending;
+      qp->resp.epsn = psn + static_cast<int32_t>(n);  // a READ uses one PSN per response packet
       schedule(qp);
       return;
     }
@@ -426,8 +426,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      RdAtomicRes& res = qp->res[qp->res_next];
-      qp->res_next = (qp->res_next + 1) % qp->max_dest_rd_atomic;
+      RdAtomicRes& res = qp->resp.res[qp->resp.res_next];
+      qp->resp.res_next = (qp->resp.res_next + 1) % qp->max_dest_rd_atomic;
       auto* target = reinterpret_cast<uint64_t*>(host);
       uint64_t orig;
       if (info.op == Operation::kCompareSwap) {
@@ -437,10 +437,10 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       } else {
         orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
       }
-      qp->msn = (qp->msn + 1) & 0xFFFFFF;
+      qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
       res = RdAtomicRes{true, true, psn, 1, a.va, a.rkey, 8, orig, 0, true, false, qp->pd};
-      ++qp->res_sending;
-      qp->epsn = psn + 1;
+      ++qp->resp.res_sending;
+      qp->resp.epsn = psn + 1;
       schedule(qp);
       return;
     }
@@ -460,7 +460,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       uint64_t v;
       std::memcpy(&v, p.payload.data(), 8);
       __atomic_store_n(reinterpret_cast<uint64_t*>(host), v, __ATOMIC_SEQ_CST);
-      qp->msn = (qp->msn + 1) & 0xFFFFFF;
+      qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
       break;
     }
     default:
@@ -468,7 +468,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
       return;
   }
-  qp->epsn = psn + 1;
+  qp->resp.epsn = psn + 1;
   if (rc && p.hdr.bth.ack_req) queue_ack(qp, psn);
 }
 
@@ -494,7 +494,7 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
           return;
         }
       }
-      if (!r->sending) ++qp->res_sending;
+      if (!r->sending) ++qp->resp.res_sending;
       r->first_psn = psn;
       r->npkts = packets_for(reth.dma_len, qp->mtu);
       r->va = reth.va;
@@ -512,7 +512,7 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       // Never execute twice: answer with the saved original value.
       RdAtomicRes* r = find_res(qp, psn);
       if (r == nullptr || !r->atomic || r->first_psn != psn) return;
-      if (!r->sending) ++qp->res_sending;
+      if (!r->sending) ++qp->resp.res_sending;
       r->sending = true;
       r->replay = true;
       counters_.inc(Counter::dup_atomics_replayed);
@@ -529,9 +529,9 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       // ACKs coalesce). A go-back-N round whose AckReq packet is lost otherwise tells the
       // requester nothing of the progress its other packets made, and it times out again
       // (rping at 5 % of every kind of damage ran out of retries so: docs/transport.md).
-      Psn ack = qp->epsn - 1;
+      Psn ack = qp->resp.epsn - 1;
       for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
-        const RdAtomicRes& r = qp->res[i];
+        const RdAtomicRes& r = qp->resp.res[i];
         if (r.valid && r.first_psn - psn > 0 && ack - r.first_psn >= 0) ack = r.first_psn - 1;
       }
       queue_ack(qp, ack);
@@ -552,7 +552,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
     // remote access error.
     counters_.inc(Counter::access_revoked);
     r.sending = false;
-    --qp->res_sending;
+    --qp->resp.res_sending;
     responder_error(qp, NakCode::kRemoteAccessError, r.first_psn + static_cast<int32_t>(i),
                     IBV_WC_WR_FLUSH_ERR);  // a receive in progress is another message's
     return false;
@@ -565,7 +565,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   h.bth.psn = (r.first_psn + static_cast<int32_t>(i)).value();
   // The MSN as it stands now, for a first answer and a replay alike (rxe and rdmavt do the
   // same; a requester completes READs by PSN).
-  h.ext.aeth = {AethRepr::make_ack(), qp->msn & 0xFFFFFF};
+  h.ext.aeth = {AethRepr::make_ack(), qp->resp.msn & 0xFFFFFF};
   FrameLayout lay;
   Frame* f = build_packet(h, len, &lay);
   if (f == nullptr) return false;
@@ -573,7 +573,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   send_built(f, lay);
   if (++r.next == r.npkts) {
     r.sending = false;
-    --qp->res_sending;
+    --qp->resp.res_sending;
   }
   return true;
 }
@@ -582,7 +582,7 @@ void Engine::send_atomic_ack(Qp* qp, const RdAtomicRes& r) {
   RoceHeaders h = qp->tx_template;
   h.bth.opcode = opcode_base(qp->type) | opcode::kRcAtomicAck;
   h.bth.psn = r.first_psn.value();
-  h.ext.aeth = {AethRepr::make_ack(), qp->msn & 0xFFFFFF};
+  h.ext.aeth = {AethRepr::make_ack(), qp->resp.msn & 0xFFFFFF};
   h.ext.atomic_ack.orig = r.atomic_orig;
   FrameLayout lay;
   Frame* f = build_packet(h, 0, &lay);
@@ -594,31 +594,31 @@ bool Engine::responder_step(Qp* qp, uint32_t* budget) {
   if (!is_reliable(qp->type) || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
     return false;
   // Responses go out in PSN order: always the pending resource with the lowest PSN.
-  while (qp->res_sending > 0 && *budget > 0) {
+  while (qp->resp.res_sending > 0 && *budget > 0) {
     RdAtomicRes* next = nullptr;
     for (uint32_t i = 0; i < qp->max_dest_rd_atomic; ++i) {
-      RdAtomicRes& r = qp->res[i];
+      RdAtomicRes& r = qp->resp.res[i];
       if (r.sending && (next == nullptr || r.first_psn - next->first_psn < 0)) next = &r;
     }
     if (next == nullptr) {
-      qp->res_sending = 0;
+      qp->resp.res_sending = 0;
       break;
     }
     if (next->atomic) {
       send_atomic_ack(qp, *next);
       next->sending = false;
-      --qp->res_sending;
+      --qp->resp.res_sending;
     } else if (!send_read_response(qp, *next)) {
       if (qp->state == IBV_QPS_ERR) return false;  // refused mid-stream (NAKed)
       if (next->sending) return true;              // out of frames: later
     }
     --*budget;
   }
-  if (qp->res_sending > 0) return true;
-  if (qp->ack_pending) {
-    send_ack(qp, AethRepr::make_ack(), qp->ack_psn, qp->ack_msn);
+  if (qp->resp.res_sending > 0) return true;
+  if (qp->resp.ack_pending) {
+    send_ack(qp, AethRepr::make_ack(), qp->resp.ack_psn, qp->resp.ack_msn);
     counters_.inc(Counter::acks_sent);
-    qp->ack_pending = false;
+    qp->resp.ack_pending = false;
   }
   return false;
 }

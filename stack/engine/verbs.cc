@@ -319,11 +319,11 @@ int Engine::destroy_srq(Srq* srq) {
         q->srq = nullptr;
         q->pd = nullptr;
         q->recv_cq = nullptr;
-        q->have_rwqe = q->in_msg = false;
+        q->resp.have_rwqe = q->resp.in_msg = false;
       }
-      for (RdAtomicRes& r : q->res) {  // a READ answered (or to replay) under its PD: gone
+      for (RdAtomicRes& r : q->resp.res) {  // a READ answered (or to replay) under its PD: gone
         if (!r.valid || r.pd != srq->pd) continue;
-        if (r.sending) --q->res_sending;
+        if (r.sending) --q->resp.res_sending;
         r = RdAtomicRes{};
       }
     }
@@ -447,10 +447,10 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
   }
   qp->sq = Ring<SendWqe>(c.max_send_wr);
   if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
-  qp->retransmit_timer.owner = qp->rnr_timer.owner = qp.get();
-  qp->retransmit_timer.kind = kTimerRetransmit;
-  qp->cwnd = cfg_.tx_window;
-  qp->rnr_timer.kind = kTimerRnr;
+  qp->comp.retransmit_timer.owner = qp->req.rnr_timer.owner = qp.get();
+  qp->comp.retransmit_timer.kind = kTimerRetransmit;
+  qp->comp.cwnd = cfg_.tx_window;
+  qp->req.rnr_timer.kind = kTimerRnr;
   cc_init_qp(qp.get());
   qp->ibv.qp_num = qp->qpn;
   qp->ibv.qp_type = a->qp_type;
@@ -471,8 +471,8 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
 
 int Engine::destroy_qp(Qp* qp) {
   if (qp == nullptr || qp_by_num(qp->qpn) != qp) return EINVAL;
-  timers_.cancel(qp->retransmit_timer);
-  timers_.cancel(qp->rnr_timer);
+  timers_.cancel(qp->comp.retransmit_timer);
+  timers_.cancel(qp->req.rnr_timer);
   cc_reset_qp(qp);
   // Drop it from the active list.
   const size_t n = active_.size();
@@ -624,26 +624,26 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
     qp->mtu = mtu_bytes(attr->path_mtu);
   }
   if (mask & IBV_QP_TIMEOUT) qp->timeout = attr->timeout;
-  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = qp->retry_left = attr->retry_cnt;
-  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = qp->rnr_retry_left = attr->rnr_retry;
+  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = qp->comp.retry_left = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = qp->comp.rnr_retry_left = attr->rnr_retry;
   if (mask & IBV_QP_MIN_RNR_TIMER) qp->min_rnr_timer = attr->min_rnr_timer;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->max_rd_atomic = std::max<uint8_t>(attr->max_rd_atomic, 1);
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     qp->max_dest_rd_atomic = std::max<uint8_t>(attr->max_dest_rd_atomic, 1);
     // Resources in use stay where they are (a change in SQD keeps the ones below the new
     // count; the IBA lets a QP shrink this only while no READ is outstanding).
-    qp->res.resize(qp->max_dest_rd_atomic);
-    qp->res_next %= qp->max_dest_rd_atomic;
+    qp->resp.res.resize(qp->max_dest_rd_atomic);
+    qp->resp.res_next %= qp->max_dest_rd_atomic;
   }
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = attr->en_sqd_async_notify;
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
   if (mask & IBV_QP_RQ_PSN) {
-    qp->epsn = Psn(attr->rq_psn);
-    qp->msn = 0;
-    qp->seq_nak_sent = false;
+    qp->resp.epsn = Psn(attr->rq_psn);
+    qp->resp.msn = 0;
+    qp->resp.seq_nak_sent = false;
   }
   if (mask & IBV_QP_SQ_PSN) {
-    qp->sq_psn = qp->comp_psn = Psn(attr->sq_psn);
+    qp->req.psn = qp->comp.psn = Psn(attr->sq_psn);
   }
   if (mask & IBV_QP_AV) {
     qp->ah_attr = attr->ah_attr;
@@ -661,12 +661,12 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
     case IBV_QPS_ERR: enter_error(qp); break;
     case IBV_QPS_RTS:
       set_state(qp, IBV_QPS_RTS);
-      qp->sq_drained_notified = false;
+      qp->req.drained_notified = false;
       schedule(qp);  // posted WQEs (e.g. queued while in SQD) may go now
       break;
     case IBV_QPS_SQD:
       set_state(qp, IBV_QPS_SQD);
-      qp->sq_drained_notified = false;
+      qp->req.drained_notified = false;
       schedule(qp);  // drain check happens in the requester
       break;
     default: set_state(qp, next); break;
@@ -681,15 +681,15 @@ int Engine::query_qp(const Qp* qp, ibv_qp_attr* a, int, ibv_qp_init_attr* init) 
   a->path_mtu = qp->path_mtu;
   a->path_mig_state = IBV_MIG_MIGRATED;
   a->qkey = qp->qkey;
-  a->rq_psn = qp->epsn.value();
-  a->sq_psn = qp->sq_psn.value();
+  a->rq_psn = qp->resp.epsn.value();
+  a->sq_psn = qp->req.psn.value();
   a->dest_qp_num = qp->dest_qpn;
   a->qp_access_flags = static_cast<unsigned>(qp->access);
   a->cap = qp->cap;
   a->ah_attr = qp->ah_attr;
   a->pkey_index = qp->pkey_index;
   a->en_sqd_async_notify = qp->en_sqd_async_notify;
-  a->sq_draining = qp->state == IBV_QPS_SQD && qp->sq.head_index() != qp->sq_assigned_end;
+  a->sq_draining = qp->state == IBV_QPS_SQD && qp->sq.head_index() != qp->req.assigned_end;
   a->max_rd_atomic = qp->max_rd_atomic;
   a->max_dest_rd_atomic = qp->max_dest_rd_atomic;
   a->min_rnr_timer = qp->min_rnr_timer;
@@ -727,8 +727,8 @@ void Engine::set_state(Qp* qp, ibv_qp_state st) {
 }
 
 void Engine::reset_qp(Qp* qp) {
-  timers_.cancel(qp->retransmit_timer);
-  timers_.cancel(qp->rnr_timer);
+  timers_.cancel(qp->comp.retransmit_timer);
+  timers_.cancel(qp->req.rnr_timer);
   cc_reset_qp(qp);
   {
     // Both sides of both queues: posters are kept out while the rings empty (and they find
@@ -749,16 +749,16 @@ void Engine::reset_qp(Qp* qp) {
     qp->pd = nullptr;
     qp->recv_cq = nullptr;
   }
-  qp->sq_cursor = qp->sq_assigned_end = 0;
-  qp->rd_atomic_outstanding = 0;
-  qp->pkts_since_ackreq = 0;
-  qp->cwnd = cfg_.tx_window;
-  qp->rnr_waiting = false;
-  qp->retry_started = qp->extra_retry_used = false;
-  qp->in_msg = qp->have_rwqe = false;
-  qp->res.assign(qp->res.size(), RdAtomicRes{});
-  qp->res_next = qp->res_sending = 0;
-  qp->ack_pending = false;
+  qp->req.cursor = qp->req.assigned_end = 0;
+  qp->req.rd_atomic_outstanding = 0;
+  qp->req.pkts_since_ackreq = 0;
+  qp->comp.cwnd = cfg_.tx_window;
+  qp->req.rnr_waiting = false;
+  qp->comp.retry_started = qp->comp.extra_retry_used = false;
+  qp->resp.in_msg = qp->resp.have_rwqe = false;
+  qp->resp.res.assign(qp->resp.res.size(), RdAtomicRes{});
+  qp->resp.res_next = qp->resp.res_sending = 0;
+  qp->resp.ack_pending = false;
   qp->flush_pending = false;
 }
 
@@ -766,9 +766,9 @@ void Engine::enter_error(Qp* qp) {
   // Everything outstanding completes with IBV_WC_WR_FLUSH_ERR (in the engine's next pass, so
   // that an error completion being generated right now goes first).
   set_state(qp, IBV_QPS_ERR);
-  timers_.cancel(qp->retransmit_timer);
-  timers_.cancel(qp->rnr_timer);
-  timers_.cancel(qp->pace_timer);
+  timers_.cancel(qp->comp.retransmit_timer);
+  timers_.cancel(qp->req.rnr_timer);
+  timers_.cancel(qp->cc.pace_timer);
   qp->flush_pending = true;
   schedule(qp);
 }
@@ -789,23 +789,23 @@ void Engine::flush_qp(Qp* qp) {
     qp->sq.pop();
     if (report) push_cqe(qp->send_cq, wc, nullptr);
   }
-  qp->sq_cursor = qp->sq_assigned_end = qp->sq.head_index();
-  qp->rd_atomic_outstanding = 0;
+  qp->req.cursor = qp->req.assigned_end = qp->sq.head_index();
+  qp->req.rd_atomic_outstanding = 0;
   if (qp->srq == nullptr) {
     while (!qp->rq.empty()) {
       complete_recv_error(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR);
       qp->rq.pop();
     }
   }
-  if (qp->have_rwqe) {
+  if (qp->resp.have_rwqe) {
     // A receive WQE taken for a message that never finished.
-    qp->have_rwqe = false;
-    complete_recv_error(qp, qp->rwqe.wr_id, IBV_WC_WR_FLUSH_ERR);
+    qp->resp.have_rwqe = false;
+    complete_recv_error(qp, qp->resp.rwqe.wr_id, IBV_WC_WR_FLUSH_ERR);
   }
-  qp->in_msg = false;
-  for (auto& r : qp->res) r.sending = false;
-  qp->res_sending = 0;
-  qp->ack_pending = false;
+  qp->resp.in_msg = false;
+  for (auto& r : qp->resp.res) r.sending = false;
+  qp->resp.res_sending = 0;
+  qp->resp.ack_pending = false;
   if (qp->srq != nullptr && !is_xrc(qp->type) && !qp->last_wqe_reached) {
     // IBA 11.6.3: a QP on an SRQ that entered the error state takes no more WQEs from it.
     // Programs wait for this event before destroying such a QP (ibv_create_srq(3)).

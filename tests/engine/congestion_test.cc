@@ -107,14 +107,14 @@ TEST_F(CongestionRp, DataLeavesEct0AndACnpFromThePeerCutsTheRate) {
   std::vector<ParsedPacket> out = step();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].hdr.ip4.ecn, kEcnEct0);
-  EXPECT_FALSE(qp->dcqcn.limited());
+  EXPECT_FALSE(qp->cc.dcqcn.limited());
 
   cnp(qp->qpn);
   step();
   EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 1u);
   EXPECT_EQ(engine->counters()[Counter::cc_rate_cuts], 1u);
-  ASSERT_TRUE(qp->dcqcn.limited());
-  EXPECT_DOUBLE_EQ(qp->dcqcn.rate_mbps(), 500);
+  ASSERT_TRUE(qp->cc.dcqcn.limited());
+  EXPECT_DOUBLE_EQ(qp->cc.dcqcn.rate_mbps(), 500);
   CcQpStats st[4];
   ASSERT_EQ(engine->cc_limited_qps(st, 4), 1u);
   EXPECT_EQ(st[0].qpn, qp->qpn);
@@ -131,13 +131,13 @@ TEST_F(CongestionRp, CnpsFromStrangersOrForOtherQpsChangeNothing) {
   step();
   EXPECT_EQ(engine->counters()[Counter::rx_drop_cnp], 2u);
   EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 0u);
-  EXPECT_FALSE(qp->dcqcn.limited());
+  EXPECT_FALSE(qp->cc.dcqcn.limited());
 }
 
 TEST_F(CongestionRp, ThePacerSpacesPacketsByTheirWireTimeAtTheCutRate) {
   cnp(qp->qpn);
   step();
-  ASSERT_DOUBLE_EQ(qp->dcqcn.rate_mbps(), 500);
+  ASSERT_DOUBLE_EQ(qp->cc.dcqcn.rate_mbps(), 500);
   post_write(4096);  // 4 packets of 1024 bytes (MTU 1024)
   std::vector<uint64_t> at;
   size_t frame_len = 0;
@@ -163,10 +163,10 @@ TEST_F(CongestionRp, ThePacerSpacesPacketsByTheirWireTimeAtTheCutRate) {
     now += 300'000;
     step();
   }
-  EXPECT_TRUE(qp->dcqcn.limited());
+  EXPECT_TRUE(qp->cc.dcqcn.limited());
   now += 300'000;
   step();
-  EXPECT_FALSE(qp->dcqcn.limited());
+  EXPECT_FALSE(qp->cc.dcqcn.limited());
 }
 
 class CongestionRpOff : public CongestionRp {
@@ -186,7 +186,7 @@ TEST_F(CongestionRpOff, WithEcnOffPacketsAreNotEctAndCnpsAreOnlyCounted) {
   step();
   EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 1u);
   EXPECT_EQ(engine->counters()[Counter::cc_rate_cuts], 0u);
-  EXPECT_FALSE(qp->dcqcn.limited());
+  EXPECT_FALSE(qp->cc.dcqcn.limited());
 }
 
 // ---- Incast through a simulated switch ------------------------------------------------------

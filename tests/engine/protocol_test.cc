@@ -394,10 +394,10 @@ TEST_F(Requester, AReadResponseMissingItsFirstPacketAfterATimeoutIsAskedAgainWit
   post(IBV_WR_RDMA_READ, buf);
   ASSERT_EQ(requests_of(step(), opcode::kRcReadRequest), 1);
   ASSERT_EQ(requests_of(after_timeout(), opcode::kRcReadRequest), 1);
-  EXPECT_EQ(qp->retry_left, 6);
+  EXPECT_EQ(qp->comp.retry_left, 6);
   send(opcode::kRcReadResponseMiddle, 5001, std::vector<uint8_t>(1024, 2));
   EXPECT_EQ(requests_of(step(), opcode::kRcReadRequest), 1);
-  EXPECT_EQ(qp->retry_left, 6);
+  EXPECT_EQ(qp->comp.retry_left, 6);
   ExtHeaders ack;
   ack.aeth.msn = 1;
   send(opcode::kRcReadResponseFirst, 5000, std::vector<uint8_t>(1024, 1), ack);
@@ -410,7 +410,7 @@ TEST_F(Requester, AReadResponseMissingItsFirstPacketAfterATimeoutIsAskedAgainWit
   EXPECT_EQ(buf[0], 1);
   EXPECT_EQ(buf[1024], 2);
   EXPECT_EQ(buf[2999], 3);
-  EXPECT_EQ(qp->retry_left, 7);
+  EXPECT_EQ(qp->comp.retry_left, 7);
 }
 
 TEST_F(Requester, SequenceNaksWithoutProgressGoBackOncePerTimeoutPeriodAndOnlyTimeoutsSpend) {
@@ -422,21 +422,21 @@ TEST_F(Requester, SequenceNaksWithoutProgressGoBackOncePerTimeoutPeriodAndOnlyTi
   post(IBV_WR_RDMA_WRITE, buf);
   ASSERT_EQ(step().size(), 3u);
   ASSERT_FALSE(after_timeout().empty());
-  EXPECT_EQ(qp->retry_left, 6);
+  EXPECT_EQ(qp->comp.retry_left, 6);
   ExtHeaders nak;
   nak.aeth.syndrome = AethRepr::make_nak(NakCode::kPsnSeqError);
   send(opcode::kRcAck, 5000, {}, nak);
   auto out = step();
   ASSERT_FALSE(out.empty());
   EXPECT_EQ(out.front().hdr.bth.psn, 5000u);
-  EXPECT_EQ(qp->retry_left, 6);
+  EXPECT_EQ(qp->comp.retry_left, 6);
   send(opcode::kRcAck, 5000, {}, nak);
   EXPECT_TRUE(step().empty());
-  EXPECT_EQ(qp->retry_left, 6);
+  EXPECT_EQ(qp->comp.retry_left, 6);
   out = after_timeout();
   ASSERT_FALSE(out.empty());
   EXPECT_EQ(out.front().hdr.bth.psn, 5000u);
-  EXPECT_EQ(qp->retry_left, 5);
+  EXPECT_EQ(qp->comp.retry_left, 5);
   EXPECT_EQ(qp->state, IBV_QPS_RTS);
 }
 

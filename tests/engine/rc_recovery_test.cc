@@ -174,8 +174,8 @@ TEST(RcRecovery, PsnWrapsFrom0xFFFFFFTo0) {
     EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
   }
   EXPECT_EQ(dst, src);
-  EXPECT_EQ(qa->sq_psn.value(), (0xFFFFFDu + 30) & 0xFFFFFF);
-  EXPECT_EQ(qb->epsn.value(), (0xFFFFFDu + 30) & 0xFFFFFF);
+  EXPECT_EQ(qa->req.psn.value(), (0xFFFFFDu + 30) & 0xFFFFFF);
+  EXPECT_EQ(qb->resp.epsn.value(), (0xFFFFFDu + 30) & 0xFFFFFF);
   EXPECT_EQ(p.a.engine->counters()[Counter::retransmitted_pkts], 0u);
 }
 

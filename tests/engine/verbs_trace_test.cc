@@ -106,7 +106,7 @@ TEST(VerbsTrace, TimeoutsAndTheErrorStateOfADeadPeer) {
   w.send_flags = IBV_SEND_SIGNALED;
   w.wr.rdma.remote_addr = 0x1000;
   w.wr.rdma.rkey = 0x2000;
-  const uint32_t first_psn = qa->sq_psn.value();
+  const uint32_t first_psn = qa->req.psn.value();
   ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
   ASSERT_TRUE(p.run_until([&] { return !ra.of(K::kCompletion).empty(); }));
   // One event per timeout the counter counts, each going back to the unacknowledged PSN.

@@ -293,7 +293,7 @@ struct Victim {
     h.bth.ack_req = flags & 1;
     h.bth.se = flags & 2;
     // Mostly the PSN expected next (so that requests execute), else one around it.
-    const Psn base = info.is_request() ? q->epsn : q->comp_psn;
+    const Psn base = info.is_request() ? q->resp.epsn : q->comp.psn;
     const int32_t delta = in.u8() < 192 ? 0 : static_cast<int8_t>(in.u8());
     h.bth.psn = (base + delta).value();
     ExtHeaders& x = h.ext;

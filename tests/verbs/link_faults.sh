@@ -10,6 +10,10 @@
 #   - the MTU lowered from 9000 to 1500 while QPs run with path MTU 1024: nothing changes;
 #   - the MTU lowered to 1500 under QPs with path MTU 4096: their packets no longer fit, so
 #     they are lost as on a wire, and the client fails with status 12 as above, not a hang.
+# The transfers that must finish run 5000 rounds: both programs busy-poll, and in the
+# sanitizer stage, beside other tests' busy-polling programs on 2 cores, a round can take
+# 10 ms (a CI run's 20000 rounds outlasted `timeout 120`). A pair still running 90 s after
+# the fault is shown (uroce stats: counters and each QP's PSNs, timer and waits) and ended.
 # Usage: link_faults.sh LIBDIR RDMA_VERIFY UROCE. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1 verify=$2 uroce=$3
@@ -120,8 +124,12 @@ must_fail_in() {
 }
 
 # 1. Down for 2 s mid-transfer, a retry budget of 8.6 s: nothing is lost.
-start_pair 10000 -s 20000 -m 1024 -t 18
+start_pair 5000 -s 20000 -m 1024 -t 18
 wait_round 100
+# uroce stats shows the running QP: its type, state and transport fields.
+"$uroce" stats >"$dir/stats.log" 2>&1
+grep -qE '^  qp 0x[0-9a-f]{6} RC RTS: send [0-9]+ posted, next PSN 0x[0-9a-f]{6}, .*ePSN 0x[0-9a-f]{6}, MSN [0-9]+' \
+  "$dir/stats.log" || { echo "FAIL: uroce stats shows no RC QP in RTS"; cat "$dir/stats.log"; exit 1; }
 ip -n "$nsA" link set "${tag}va" down
 sleep 2
 ip -n "$nsA" link set "${tag}va" up
@@ -140,7 +148,7 @@ ip -n "$nsA" link set "${tag}va" up
 
 # 3. The MTU shrinks under QPs that fit: nothing changes.
 set_mtu 9000
-start_pair 10000 -s 20000 -m 1024 -t 18
+start_pair 5000 -s 20000 -m 1024 -t 18
 wait_round 100
 set_mtu 1500
 alive "the MTU changed"
