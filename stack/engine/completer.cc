@@ -22,7 +22,7 @@ uint64_t first_open(Qp* qp) {
 
 void Engine::arm_retransmit(Qp* qp) {
   const bool outstanding = qp->req.psn != qp->comp.psn;
-  if (qp->timeout == 0 || !outstanding || qp->req.rnr_waiting ||
+  if (qp->timeout == 0 || !outstanding || qp->req.state == Requester::State::kRnrWait ||
       (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD)) {
     timers_.cancel(qp->comp.retransmit_timer);
     return;
@@ -31,8 +31,14 @@ void Engine::arm_retransmit(Qp* qp) {
   timers_.arm(qp->comp.retransmit_timer, now_ + (uint64_t{4096} << qp->timeout));
 }
 
+void Engine::complete_send(Qp* qp, SendWqe& w) {
+  release_rd_atomic(qp, w);
+  w.state = WqeState::kDone;
+  w.status = IBV_WC_SUCCESS;
+}
+
 void Engine::fail_send(Qp* qp, SendWqe& w, ibv_wc_status st) {
-  if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding > 0) --qp->req.rd_atomic_outstanding;
+  release_rd_atomic(qp, w);
   w.state = WqeState::kDone;
   w.status = st;
   retire_sq(qp);  // WQEs before it complete normally, then this one with its error
@@ -52,10 +58,7 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
     SendWqe& w = qp->sq.at_abs(i);
     if (w.state == WqeState::kDone) continue;
     if (w.last_psn() - upto >= 0) {
-      // Partly acknowledged: a go-back-N need not re-send the acknowledged packets.
-      if (i == qp->req.cursor && !w.uses_rd_atomic() && upto - w.first_psn > 0 &&
-          static_cast<uint32_t>(upto - w.first_psn) > w.sent)
-        w.sent = static_cast<uint32_t>(upto - w.first_psn);
+      requester_partly_acked(qp, i, upto);
       break;
     }
     if (w.uses_rd_atomic()) {
@@ -78,39 +81,20 @@ void Engine::ack_upto(Qp* qp, Psn upto) {
   if (progress) {
     note_progress(qp);
     retire_sq(qp);
-    const uint64_t open = first_open(qp);
-    if (qp->req.cursor < open) qp->req.cursor = open;
+    requester_skip_to(qp, first_open(qp));
     arm_retransmit(qp);
     schedule(qp);  // the window may have opened
   }
 }
 
 void Engine::retry_from(Qp* qp, Psn psn) {
-  // Go back N: re-send every packet from `psn` on, with the same PSNs.
-  for (uint64_t i = qp->sq.head_index(); i < qp->req.assigned_end; ++i) {
-    SendWqe& w = qp->sq.at_abs(i);
-    if (w.state == WqeState::kDone || w.last_psn() - psn < 0) continue;
-    qp->req.cursor = i;
-    w.sent = w.uses_rd_atomic() ? 0 : static_cast<uint32_t>(std::max(0, psn - w.first_psn));
-    w.state = WqeState::kSending;
-    for (uint64_t j = i + 1; j < qp->req.assigned_end; ++j) {
-      SendWqe& later = qp->sq.at_abs(j);
-      if (later.state == WqeState::kDone) continue;
-      later.sent = 0;
-      later.state = WqeState::kSending;
-    }
-    qp->req.pkts_since_ackreq = 0;
-    qp->req.retry_pending = true;
-    qp->req.retry_psn = psn;
-    schedule(qp);
-    break;
-  }
+  rewind_requester(qp, psn);  // go back N
   arm_retransmit(qp);
 }
 
 void Engine::note_progress(Qp* qp) {
   qp->comp.retry_left = qp->retry_cnt;
-  qp->comp.retry_started = qp->comp.extra_retry_used = false;
+  qp->comp.round = Completer::Round::kNone;
 }
 
 bool Engine::retry_on_gap(Qp* qp) {
@@ -122,13 +106,13 @@ bool Engine::retry_on_gap(Qp* qp) {
   // request was lost (timeout: retry) spent two rounds in one period, and rping's retry_cnt
   // 7 ran out (docs/transport.md, "Reordering"). rxe's completer waits for the timer
   // instead of the free one (its started_retry).
-  if (!qp->comp.retry_started) {
+  if (qp->comp.round == Completer::Round::kNone) {
     if (!spend_retry(qp)) return false;
-    qp->comp.retry_started = true;
+    qp->comp.round = Completer::Round::kStarted;
     return true;
   }
-  if (qp->comp.extra_retry_used) return false;
-  qp->comp.extra_retry_used = true;
+  if (qp->comp.round == Completer::Round::kExtraUsed) return false;
+  qp->comp.round = Completer::Round::kExtraUsed;
   return true;
 }
 
@@ -152,19 +136,10 @@ void Engine::on_retransmit_timeout(Qp* qp) {
   counters_.inc(Counter::retransmit_timeouts);
   if (!spend_retry(qp)) return;
   trace({VerbsEvent::Kind::kRetransmitTimeout, qp->qpn, 0, 0, 0, 0, qp->comp.psn.value()});
-  qp->comp.retry_started = true;
-  qp->comp.extra_retry_used = false;
-  qp->comp.resp_gap = false;  // whatever we were waiting for did not come: ask again
+  qp->comp.round = Completer::Round::kStarted;
+  set_comp_state(qp, Completer::State::kAcking);  // what we waited for did not come: ask again
   qp->comp.cwnd = kMinCwnd;
   retry_from(qp, qp->comp.psn);
-}
-
-void Engine::on_rnr_timeout(Qp* qp) {
-  qp->req.rnr_waiting = false;
-  if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
-  trace({VerbsEvent::Kind::kRnrResend, qp->qpn, 0, 0, 0, 0, qp->comp.psn.value()});
-  schedule(qp);
-  arm_retransmit(qp);
 }
 
 bool Engine::scatter(Qp* qp, const SendWqe& w, uint32_t offset, const uint8_t* src,
@@ -201,11 +176,10 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
           return;
         }
         if (qp->rnr_retry != 7) --qp->comp.rnr_retry_left;  // 7 means retry forever
-        retry_from(qp, psn);
-        qp->req.rnr_waiting = true;
-        timers_.cancel(qp->comp.retransmit_timer);
+        rewind_requester(qp, psn);
         // Wait at least the responder's timer value before sending again.
-        timers_.arm(qp->req.rnr_timer, now_ + rnr_timer_ns(a.rnr_timer_code()));
+        hold_requester_for_rnr(qp, rnr_timer_ns(a.rnr_timer_code()));
+        timers_.cancel(qp->comp.retransmit_timer);
         return;
       }
       case AckKind::kNak: {
@@ -215,7 +189,9 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
           counters_.inc(Counter::seq_naks_rcvd);
           // Already going back to exactly this PSN (e.g. the responder NAKs the rest of a
           // message it just RNR-NAKed): one retry is enough.
-          if (qp->req.rnr_waiting || (qp->req.retry_pending && qp->req.retry_psn == psn)) return;
+          if (qp->req.state == Requester::State::kRnrWait ||
+              (qp->req.state == Requester::State::kRetryPending && qp->req.retry_psn == psn))
+            return;
           qp->comp.cwnd = std::max(kMinCwnd, qp->comp.cwnd / 2);
           if (retry_on_gap(qp)) retry_from(qp, psn);
           return;
@@ -252,16 +228,16 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
       // A response went missing (a PSN gap inside the READ, or this READ/ATOMIC's response
       // lost and a later one arrived): ask again from the expected PSN, once. The rest of
       // the old response stream that is still in flight is ignored until it arrives.
-      if (qp->comp.resp_gap && qp->comp.resp_gap_psn == expected) return;
+      if (qp->comp.state == Completer::State::kGap && qp->comp.resp_gap_psn == expected) return;
       ack_upto(qp, w.first_psn);
       counters_.inc(psn - w.last_psn() > 0 ? Counter::implicit_naks : Counter::seq_naks_rcvd);
       if (!retry_on_gap(qp)) return;
-      qp->comp.resp_gap = true;
       qp->comp.resp_gap_psn = expected;
+      set_comp_state(qp, Completer::State::kGap);
       retry_from(qp, expected);
       return;
     }
-    qp->comp.resp_gap = false;
+    set_comp_state(qp, Completer::State::kAcking);
     ack_upto(qp, w.first_psn);
     if (qp->state == IBV_QPS_ERR) return;
     if (info.op == Operation::kAtomicAck) {
@@ -309,6 +285,32 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
     return;
   }
   counters_.inc(Counter::rx_drop_unexpected_resp);
+}
+
+// ---- What other rooms ask of the completer ---------------------------------------------------
+
+void Engine::set_comp_state(Qp* qp, Completer::State s) {
+  move_role(qp, Role::kCompleter, qp->comp.state, s, qp->comp.resp_gap_psn);
+}
+
+void Engine::init_completer(Qp* qp) {
+  qp->comp.retransmit_timer.owner = qp;
+  qp->comp.retransmit_timer.kind = kTimerRetransmit;
+  qp->comp.cwnd = cfg_.tx_window;
+}
+
+void Engine::reset_completer(Qp* qp) {
+  timers_.cancel(qp->comp.retransmit_timer);
+  set_comp_state(qp, Completer::State::kAcking);
+  qp->comp.cwnd = cfg_.tx_window;
+  qp->comp.round = Completer::Round::kNone;
+}
+
+void Engine::completer_start_psn(Qp* qp, Psn psn) { qp->comp.psn = psn; }
+
+void Engine::refill_retries(Qp* qp) {
+  qp->comp.retry_left = qp->retry_cnt;
+  qp->comp.rnr_retry_left = qp->rnr_retry;
 }
 
 }  // namespace uroce

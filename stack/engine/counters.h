@@ -65,6 +65,7 @@ namespace uroce {
   X(rnr_retry_exceeded, "WQEs completed with IBV_WC_RNR_RETRY_EXC_ERR")                 \
   X(cq_overflows, "completions lost to a full CQ (the CQ is then in error)")            \
   X(completions, "work completions generated")                                          \
+  X(role_transitions, "requester/completer/responder state changes (UROCE_PCAP traces each)") \
   X(flushed_wqes, "WQEs flushed with IBV_WC_WR_FLUSH_ERR")                              \
   X(arp_received, "ARP packets received")                                               \
   X(arp_replies_sent, "ARP replies sent for our IPv4 address")                          \

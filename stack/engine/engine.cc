@@ -303,11 +303,10 @@ size_t Engine::qp_states(QpStats* out, size_t max, size_t* shown) const {
       if (on) s.flags |= f;
     };
     flag(q->comp.retransmit_timer.armed, QpStats::kRetransmitArmed);
-    flag(q->req.rnr_waiting, QpStats::kRnrWaiting);
-    flag(q->comp.resp_gap, QpStats::kRespGap);
-    flag(q->req.retry_pending, QpStats::kRetryPending);
-    flag(q->resp.in_msg, QpStats::kInMessage);
     flag(q->resp.ack_pending, QpStats::kAckPending);
+    s.req_state = static_cast<uint8_t>(q->req.state);
+    s.comp_state = static_cast<uint8_t>(q->comp.state);
+    s.resp_state = static_cast<uint8_t>(q->resp.state);
     flag(q->scheduled, QpStats::kScheduled);
     flag(q->doorbell.load(std::memory_order_relaxed), QpStats::kDoorbell);
     // The rings' indexes are the engine's (consumer) side and a racy read of the producer's:

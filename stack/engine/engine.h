@@ -342,18 +342,39 @@ class Engine {
   void paced(Qp* qp, uint32_t bytes);
   void trace_rate(const Qp* qp, int cause) const;
 
-  // requester.cc
+  // requester.cc. What other rooms may ask of the requester (it alone writes qp->req):
+  void init_requester(Qp* qp);   // its timer's owner and kind
+  void reset_requester(Qp* qp);  // RESET: nothing sent, nothing assigned
+  /// ERR: every WQE completes (a done one with its status, the rest flushed).
+  void flush_requester(Qp* qp);
+  void start_send_psn(Qp* qp, Psn psn);  // ibv_modify_qp's sq_psn (the completer's too)
+  void restart_drain(Qp* qp);  // RTS or SQD entered: SQ_DRAINED may be raised again
+  /// Go-back-N: re-send every packet from `psn` on, with the same PSNs.
+  void rewind_requester(Qp* qp, Psn psn);
+  /// Acknowledged up to the WQE at absolute index `index`: the cursor does not stay behind.
+  void requester_skip_to(Qp* qp, uint64_t index);
+  /// The WQE at absolute `index` is acknowledged below `upto`: a rewind skips those packets.
+  void requester_partly_acked(Qp* qp, uint64_t index, Psn upto);
+  /// The peer said RNR: send nothing for `ns`, then go back to where rewind_requester said.
+  void hold_requester_for_rnr(Qp* qp, uint64_t ns);
+  void on_rnr_timeout(Qp* qp);
+  void release_rd_atomic(Qp* qp, const SendWqe& w);  // its READ/atomic slot is free again
+  void set_req_state(Qp* qp, Requester::State s);  // traced (VerbsEvent::kRoleState)
   bool requester_step(Qp* qp, uint32_t* budget);
   bool send_packet(Qp* qp, SendWqe& w);
   bool prepare_wqe(Qp* qp, SendWqe& w);
   /// Carries out a bind or local invalidate; false (the QP in error) if it fails.
   bool run_local_op(Qp* qp, SendWqe& w);
-  void complete_send(Qp* qp, SendWqe& w);
   void retire_sq(Qp* qp);
   bool gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uint32_t len);
   void ud_send(Qp* qp, SendWqe& w);
 
-  // completer.cc
+  // completer.cc. What other rooms may ask of the completer (it alone writes qp->comp):
+  void init_completer(Qp* qp);   // its timer's owner and kind, a full window
+  void reset_completer(Qp* qp);  // RESET
+  void completer_start_psn(Qp* qp, Psn psn);  // nothing outstanding before `psn`
+  void refill_retries(Qp* qp);  // ibv_modify_qp's retry_cnt / rnr_retry
+  void set_comp_state(Qp* qp, Completer::State s);  // traced
   void completer(Qp* qp, const wire::ParsedPacket& p);
   void ack_upto(Qp* qp, Psn psn);
   void widen_cwnd(Qp* qp, Psn upto);  // before comp_psn moves to upto
@@ -363,11 +384,19 @@ class Engine {
   bool retry_on_gap(Qp* qp);  // a gap or NAK asks to go back: whether to go back now
   void note_progress(Qp* qp);  // forward progress: a full retry budget again
   void on_retransmit_timeout(Qp* qp);
-  void on_rnr_timeout(Qp* qp);
+  void complete_send(Qp* qp, SendWqe& w);  // done, successfully (its slot released)
   void fail_send(Qp* qp, SendWqe& w, ibv_wc_status st);
   bool scatter(Qp* qp, const SendWqe& w, uint32_t offset, const uint8_t* src, uint32_t len);
 
-  // responder.cc
+  // responder.cc. What other rooms may ask of the responder (it alone writes qp->resp):
+  void reset_responder(Qp* qp);  // RESET
+  /// ERR: a receive WQE taken for an unfinished message and the posted ones are flushed.
+  void flush_responder(Qp* qp);
+  void start_recv_psn(Qp* qp, Psn psn);  // ibv_modify_qp's rq_psn
+  void size_rd_atomic_res(Qp* qp);       // max_dest_rd_atomic changed
+  /// An XRC SRQ is destroyed: a message into it is lost, READs answered under its PD go.
+  void forget_srq(Qp* qp, const Srq* srq);
+  void set_resp_state(Qp* qp, Responder::State s);  // traced
   void responder(Qp* qp, const wire::ParsedPacket& p);
   void ud_receive(Qp* qp, const wire::ParsedPacket& p);
   void mcast_receive(const wire::ParsedPacket& p);
@@ -402,6 +431,16 @@ class Engine {
   VerbsTracer* tracer_ = nullptr;
   void trace(const VerbsEvent& e) const {
     if (tracer_ != nullptr) tracer_->event(e);
+  }
+  /// Every role state transition goes through here (set_req_state, set_comp_state,
+  /// set_resp_state): counted, and traced when a tracer listens.
+  template <typename State>
+  void move_role(const Qp* qp, Role r, State& state, State to, Psn psn) {
+    if (state == to) return;
+    counters_.inc(Counter::role_transitions);
+    trace({VerbsEvent::Kind::kRoleState, qp->qpn, 0, static_cast<int>(r),
+           static_cast<uint32_t>(state), static_cast<int>(to), psn.value()});
+    state = to;
   }
   uint16_t ip_id_ = 0;
 

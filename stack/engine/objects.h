@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
@@ -210,8 +211,18 @@ enum TimerKind : uint8_t {
   kTimerCcRate,   // DCQCN's rate-increase timer
 };
 
+/// The roles whose state machines the verbs trace shows (VerbsEvent::kRoleState).
+enum class Role : uint8_t { kRequester, kCompleter, kResponder };
+
 /// The requester (requester.cc): turns send WQEs into packets.
 struct Requester {
+  enum class State : uint8_t {
+    kReady,         // sends what the window, the fences and the pacer let it
+    kRetryPending,  // the completer rewound it to retry_psn; the re-sent packet is not out yet
+    kRnrWait,       // the peer said RNR: nothing leaves until rnr_timer fires, then a retry
+  };
+  static constexpr const char* kStateNames[] = {"ready", "retry-pending", "rnr-wait"};
+  State state = State::kReady;
   uint64_t cursor = 0;        // absolute index of the WQE being sent next
   uint64_t assigned_end = 0;  // absolute index after the last WQE with PSNs assigned
   Psn psn;                    // next PSN to assign
@@ -219,28 +230,28 @@ struct Requester {
   uint32_t pkts_since_ackreq = 0;
   Psn max_sent_psn;  // highest PSN transmitted (to count retransmissions)
   bool sent_any = false;
-  // Go-back-N (rewind_requester): the completer asked to re-send from retry_psn and the
-  // re-sent packet is not out yet.
-  bool retry_pending = false;
-  Psn retry_psn;
-  // The peer said RNR: nothing is sent until rnr_timer fires.
-  bool rnr_waiting = false;
+  Psn retry_psn;     // where the last rewind went back to
   Timer rnr_timer;
   bool drained_notified = false;  // IBV_EVENT_SQ_DRAINED raised for this SQD
 };
 
 /// The completer (completer.cc): ACKs, NAKs and responses; retries and the ACK timer.
 struct Completer {
-  Psn psn;  // oldest PSN not yet acknowledged
-  uint8_t retry_left = 7;
-  uint8_t rnr_retry_left = 7;
-  bool resp_gap = false;  // responses after a gap are being ignored until resp_gap_psn
-  Psn resp_gap_psn;
+  enum class State : uint8_t {
+    kAcking,  // takes every ACK and response in PSN order
+    kGap,     // a READ response was lost: the ones after it are ignored until resp_gap_psn's
+  };
+  static constexpr const char* kStateNames[] = {"acking", "gap"};
   // Go-back-N rounds since the last forward progress. retry_cnt bounds the rounds a timeout
   // starts; a gap or NAK starts one at once when none is under way, and while one is, one
-  // more per timeout period (retry_on_gap, completer.cc).
-  bool retry_started = false;
-  bool extra_retry_used = false;
+  // more per timeout period (retry_on_gap).
+  enum class Round : uint8_t { kNone, kStarted, kExtraUsed };
+  State state = State::kAcking;
+  Round round = Round::kNone;
+  Psn psn;  // oldest PSN not yet acknowledged
+  Psn resp_gap_psn;
+  uint8_t retry_left = 7;
+  uint8_t rnr_retry_left = 7;
   // Congestion window, in packets past psn that may be on the wire (RC). It is the
   // configured tx_window on a clean path; a retransmission timeout cuts it to kMinCwnd and a
   // PSN sequence NAK halves it, then every newly acknowledged packet adds one (slow start)
@@ -253,12 +264,19 @@ struct Completer {
 
 /// The responder (responder.cc): executes requests, answers READs and atomics, ACKs.
 struct Responder {
+  enum class State : uint8_t {
+    kIdle,     // between messages: a FIRST or ONLY packet may come
+    kInSend,   // inside a multi-packet SEND: its MIDDLE and LAST packets may come
+    kInWrite,  // inside a multi-packet RDMA WRITE
+  };
+  static constexpr const char* kStateNames[] = {"idle", "in-send", "in-write"};
+  State state = State::kIdle;
   Psn epsn;          // next PSN expected
   uint32_t msn = 0;  // messages completed (24 bits on the wire)
+  // A PSN sequence NAK went out for the gap before epsn: one per gap (IBA 9.7.5.2.2).
   bool seq_nak_sent = false;
-  // The message being received.
-  bool in_msg = false;
-  wire::Operation msg_op = wire::Operation::kSend;
+  // A receive WQE is taken for the message being received (a SEND, or a WRITE with
+  // immediate at its last packet that must find the same WQE when it is re-sent).
   bool have_rwqe = false;
   RecvWqe rwqe;
   uint32_t rwqe_offset = 0;
@@ -279,6 +297,19 @@ struct Responder {
   Psn ack_psn;
   uint32_t ack_msn = 0;  // the MSN when ack_psn was queued: later messages may complete first
 };
+
+/// Names for traces and tools: "requester", and a role's state by its number.
+inline const char* role_name(Role r) {
+  return r == Role::kRequester ? "requester" : r == Role::kCompleter ? "completer" : "responder";
+}
+inline const char* role_state_name(Role r, int state) {
+  const auto pick = [state](const auto& names) -> const char* {
+    return state >= 0 && static_cast<size_t>(state) < std::size(names) ? names[state] : "?";
+  };
+  if (r == Role::kRequester) return pick(Requester::kStateNames);
+  if (r == Role::kCompleter) return pick(Completer::kStateNames);
+  return pick(Responder::kStateNames);
+}
 
 /// Congestion control's per-QP state (congestion.cc). The reaction point: DCQCN's rate and
 /// the pacer that holds the requester to it while the rate is below the line rate. The

@@ -124,7 +124,8 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   if (psn - qp->req.max_sent_psn <= 0 && qp->req.sent_any) counters_.inc(Counter::retransmitted_pkts);
   if (!qp->req.sent_any || psn - qp->req.max_sent_psn > 0) qp->req.max_sent_psn = psn;
   qp->req.sent_any = true;
-  qp->req.retry_pending = false;
+  // The rewind's first packet is out: the completer no longer needs to tell its NAKs apart.
+  if (qp->req.state == Requester::State::kRetryPending) set_req_state(qp, Requester::State::kReady);
   send_built(f, lay);
   paced(qp, static_cast<uint32_t>(lay.len));
 
@@ -162,7 +163,7 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
 
 bool Engine::requester_step(Qp* qp, uint32_t* budget) {
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return false;
-  if (qp->req.rnr_waiting) return false;  // the RNR timer reschedules us
+  if (qp->req.state == Requester::State::kRnrWait) return false;  // the RNR timer reschedules us
 
   bool more = false;
   while (qp->req.cursor != qp->sq.tail_index()) {
@@ -288,10 +289,102 @@ bool Engine::run_local_op(Qp* qp, SendWqe& w) {
   return true;
 }
 
-void Engine::complete_send(Qp* qp, SendWqe& w) {
+void Engine::release_rd_atomic(Qp* qp, const SendWqe& w) {
   if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding > 0) --qp->req.rd_atomic_outstanding;
-  w.state = WqeState::kDone;
-  w.status = IBV_WC_SUCCESS;
+}
+
+// ---- What other rooms ask of the requester ---------------------------------------------------
+
+void Engine::set_req_state(Qp* qp, Requester::State s) {
+  move_role(qp, Role::kRequester, qp->req.state, s, qp->req.retry_psn);
+}
+
+void Engine::init_requester(Qp* qp) {
+  qp->req.rnr_timer.owner = qp;
+  qp->req.rnr_timer.kind = kTimerRnr;
+}
+
+void Engine::reset_requester(Qp* qp) {
+  timers_.cancel(qp->req.rnr_timer);
+  set_req_state(qp, Requester::State::kReady);
+  qp->req.cursor = qp->req.assigned_end = 0;
+  qp->req.rd_atomic_outstanding = 0;
+  qp->req.pkts_since_ackreq = 0;
+}
+
+void Engine::flush_requester(Qp* qp) {
+  while (!qp->sq.empty()) {
+    SendWqe& w = qp->sq.front();
+    ibv_wc wc{};
+    wc.wr_id = w.wr_id;
+    wc.status = w.state == WqeState::kDone ? w.status : IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = w.info().wc_opcode;
+    wc.qp_num = qp->qpn;
+    if (wc.status == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
+    // Successful WQEs still owed a completion keep their signalling; errors always complete.
+    // The slot is freed before the completion shows (as in retire_sq).
+    const bool report = wc.status != IBV_WC_SUCCESS || w.signaled;
+    qp->sq.pop();
+    if (report) push_cqe(qp->send_cq, wc, nullptr);
+  }
+  qp->req.cursor = qp->req.assigned_end = qp->sq.head_index();
+  qp->req.rd_atomic_outstanding = 0;
+}
+
+void Engine::start_send_psn(Qp* qp, Psn psn) {
+  qp->req.psn = psn;
+  completer_start_psn(qp, psn);
+}
+
+void Engine::restart_drain(Qp* qp) { qp->req.drained_notified = false; }
+
+void Engine::rewind_requester(Qp* qp, Psn psn) {
+  for (uint64_t i = qp->sq.head_index(); i < qp->req.assigned_end; ++i) {
+    SendWqe& w = qp->sq.at_abs(i);
+    if (w.state == WqeState::kDone || w.last_psn() - psn < 0) continue;
+    qp->req.cursor = i;
+    w.sent = w.uses_rd_atomic() ? 0 : static_cast<uint32_t>(std::max(0, psn - w.first_psn));
+    w.state = WqeState::kSending;
+    for (uint64_t j = i + 1; j < qp->req.assigned_end; ++j) {
+      SendWqe& later = qp->sq.at_abs(j);
+      if (later.state == WqeState::kDone) continue;
+      later.sent = 0;
+      later.state = WqeState::kSending;
+    }
+    qp->req.pkts_since_ackreq = 0;
+    qp->req.retry_psn = psn;
+    // An RNR wait keeps holding it; the rewind is taken when the wait is over.
+    if (qp->req.state != Requester::State::kRnrWait)
+      set_req_state(qp, Requester::State::kRetryPending);
+    schedule(qp);
+    break;
+  }
+}
+
+void Engine::requester_partly_acked(Qp* qp, uint64_t index, Psn upto) {
+  // A go-back-N need not re-send the packets of the message being sent that are acknowledged.
+  SendWqe& w = qp->sq.at_abs(index);
+  if (index == qp->req.cursor && !w.uses_rd_atomic() && upto - w.first_psn > 0 &&
+      static_cast<uint32_t>(upto - w.first_psn) > w.sent)
+    w.sent = static_cast<uint32_t>(upto - w.first_psn);
+}
+
+void Engine::requester_skip_to(Qp* qp, uint64_t index) {
+  if (qp->req.cursor < index) qp->req.cursor = index;
+}
+
+void Engine::hold_requester_for_rnr(Qp* qp, uint64_t ns) {
+  set_req_state(qp, Requester::State::kRnrWait);
+  timers_.arm(qp->req.rnr_timer, now_ + ns);
+}
+
+void Engine::on_rnr_timeout(Qp* qp) {
+  // The wait is over: the rewind the RNR NAK asked for is taken now.
+  set_req_state(qp, Requester::State::kRetryPending);
+  if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return;
+  trace({VerbsEvent::Kind::kRnrResend, qp->qpn, 0, 0, 0, 0, qp->comp.psn.value()});
+  schedule(qp);
+  arm_retransmit(qp);
 }
 
 }  // namespace uroce

@@ -100,7 +100,7 @@ void Engine::no_receive_wqe(Qp* qp, Psn psn) {
   } else {
     // UC: the message is lost.
     counters_.inc(Counter::rx_drop_uc_msg);
-    qp->resp.in_msg = false;
+    set_resp_state(qp, Responder::State::kIdle);
     qp->resp.epsn = psn + 1;
   }
 }
@@ -152,7 +152,7 @@ void Engine::responder_error(Qp* qp, NakCode code, Psn psn, ibv_wc_status local_
     qp->resp.have_rwqe = false;
     complete_recv_error(qp, qp->resp.rwqe.wr_id, local_status);
   }
-  qp->resp.in_msg = false;
+  set_resp_state(qp, Responder::State::kIdle);
   enter_error(qp);
 }
 
@@ -184,7 +184,7 @@ RdAtomicRes* Engine::find_res(Qp* qp, Psn psn) {
 
 bool Engine::bind_xrc_srq(Qp* qp, const ParsedPacket& p) {
   const uint32_t n = p.hdr.ext.xrceth.srqn;
-  if (qp->resp.in_msg) {
+  if (qp->resp.state != Responder::State::kIdle) {
     // Every packet of a message names the SRQ its first one did.
     if (qp->srq != nullptr && qp->srq->handle == n) return true;
     responder_error(qp, NakCode::kInvalidRequest, Psn(p.hdr.bth.psn), IBV_WC_REM_INV_REQ_ERR);
@@ -232,7 +232,7 @@ void Engine::responder(Qp* qp, const ParsedPacket& p) {
   } else if (d != 0) {
     // UC: a gap loses the message in progress; a new message may start at any PSN.
     counters_.inc(Counter::rx_drop_uc_msg);
-    qp->resp.in_msg = false;
+    set_resp_state(qp, Responder::State::kIdle);
     qp->resp.rwqe_offset = 0;
     qp->resp.epsn = psn;
     if (!p.info->starts_message()) {
@@ -255,15 +255,19 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       responder_error(qp, code, psn, local);
     } else {
       counters_.inc(Counter::rx_drop_uc_msg);
-      qp->resp.in_msg = false;
+      set_resp_state(qp, Responder::State::kIdle);
       qp->resp.rwqe_offset = 0;
       qp->resp.epsn = psn + 1;
     }
   };
 
   // Opcode sequence: inside a message only its middle/last may come; outside, a first/only.
-  const bool seq_ok = qp->resp.in_msg ? (info.op == qp->resp.msg_op && !info.starts_message())
-                                 : info.starts_message();
+  const Responder::State st = qp->resp.state;
+  const bool seq_ok =
+      st == Responder::State::kIdle
+          ? info.starts_message()
+          : info.op == (st == Responder::State::kInSend ? Operation::kSend : Operation::kWrite) &&
+                !info.starts_message();
   if (!seq_ok) {
     reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return;
@@ -282,10 +286,8 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         no_receive_wqe(qp, psn);
         return;
       }
-      if (info.starts_message()) {
-        qp->resp.in_msg = true;
-        qp->resp.msg_op = Operation::kSend;
-      }
+      // A FIRST packet opens the message (an ONLY one is over before anything could tell).
+      if (!info.ends_message()) set_resp_state(qp, Responder::State::kInSend);
       if (!copy_to_rwqe(qp, p.payload.data(), len)) {
         const bool too_long = qp->resp.rwqe_offset + len > [&] {
           uint64_t cap = 0;
@@ -309,7 +311,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           }
           counters_.inc(Counter::windows_invalidated);
         }
-        qp->resp.in_msg = false;
+        set_resp_state(qp, Responder::State::kIdle);
         qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
         complete_recv(qp, p, IBV_WC_SUCCESS);
       }
@@ -329,8 +331,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
         }
-        qp->resp.in_msg = true;
-        qp->resp.msg_op = Operation::kWrite;
+        if (!info.ends_message()) set_resp_state(qp, Responder::State::kInWrite);
         qp->resp.write_rkey = p.hdr.ext.reth.rkey;
         qp->resp.write_va = p.hdr.ext.reth.va;
         qp->resp.write_left = qp->resp.write_len = p.hdr.ext.reth.dma_len;
@@ -371,7 +372,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
           reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
           return;
         }
-        qp->resp.in_msg = false;
+        set_resp_state(qp, Responder::State::kIdle);
         qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
         if (info.has_imm()) {
           qp->resp.rwqe_offset = 0;
@@ -676,6 +677,68 @@ void Engine::mcast_receive(const ParsedPacket& p) {
       counters_.inc(Counter::rx_mcast);
       ud_receive(qp, p);
     }
+  }
+}
+
+// ---- What other rooms ask of the responder ---------------------------------------------------
+
+void Engine::set_resp_state(Qp* qp, Responder::State s) {
+  move_role(qp, Role::kResponder, qp->resp.state, s, qp->resp.epsn);
+}
+
+void Engine::reset_responder(Qp* qp) {
+  set_resp_state(qp, Responder::State::kIdle);
+  qp->resp.have_rwqe = false;
+  qp->resp.res.assign(qp->resp.res.size(), RdAtomicRes{});
+  qp->resp.res_next = qp->resp.res_sending = 0;
+  qp->resp.ack_pending = false;
+}
+
+void Engine::flush_responder(Qp* qp) {
+  if (qp->srq == nullptr) {
+    while (!qp->rq.empty()) {
+      complete_recv_error(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR);
+      qp->rq.pop();
+    }
+  }
+  if (qp->resp.have_rwqe) {
+    // A receive WQE taken for a message that never finished.
+    qp->resp.have_rwqe = false;
+    complete_recv_error(qp, qp->resp.rwqe.wr_id, IBV_WC_WR_FLUSH_ERR);
+  }
+  set_resp_state(qp, Responder::State::kIdle);
+  for (auto& r : qp->resp.res) r.sending = false;
+  qp->resp.res_sending = 0;
+  qp->resp.ack_pending = false;
+}
+
+void Engine::start_recv_psn(Qp* qp, Psn psn) {
+  qp->resp.epsn = psn;
+  qp->resp.msn = 0;
+  qp->resp.seq_nak_sent = false;
+}
+
+void Engine::size_rd_atomic_res(Qp* qp) {
+  // Resources in use stay where they are (a change in SQD keeps the ones below the new
+  // count; the IBA lets a QP shrink this only while no READ is outstanding).
+  qp->resp.res.resize(qp->max_dest_rd_atomic);
+  qp->resp.res_next %= qp->max_dest_rd_atomic;
+}
+
+void Engine::forget_srq(Qp* qp, const Srq* srq) {
+  // XRC targets hold no reference, only the SRQ of the message they are receiving: that
+  // message is lost (its WQE went with the SRQ), the next one looks its SRQ up again.
+  if (qp->srq == srq) {
+    qp->srq = nullptr;
+    qp->pd = nullptr;
+    qp->recv_cq = nullptr;
+    qp->resp.have_rwqe = false;
+    set_resp_state(qp, Responder::State::kIdle);
+  }
+  for (RdAtomicRes& r : qp->resp.res) {  // a READ answered (or to replay) under its PD: gone
+    if (!r.valid || r.pd != srq->pd) continue;
+    if (r.sending) --qp->resp.res_sending;
+    r = RdAtomicRes{};
   }
 }
 

@@ -51,18 +51,18 @@ inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);
 struct QpStats {
   enum Flag : uint32_t {
     kRetransmitArmed = 1u << 0,  // a request is outstanding and the ACK timer runs
-    kRnrWaiting = 1u << 1,       // the peer said RNR: waiting out its timer
-    kRespGap = 1u << 2,          // responses after a gap are ignored until the re-send
-    kRetryPending = 1u << 3,     // go-back-N asked, the re-sent packet not out yet
-    kInMessage = 1u << 4,        // the responder is in the middle of a multi-packet message
-    kAckPending = 1u << 5,       // a coalesced ACK waits to be sent
-    kScheduled = 1u << 6,        // in the engine's transmit list
-    kDoorbell = 1u << 7,         // posted work the engine has not picked up yet
+    kAckPending = 1u << 1,       // a coalesced ACK waits to be sent
+    kScheduled = 1u << 2,        // in the engine's transmit list
+    kDoorbell = 1u << 3,         // posted work the engine has not picked up yet
   };
   uint32_t qpn;
   uint8_t type;   // ibv_qp_type
   uint8_t state;  // ibv_qp_state
-  uint16_t pad;
+  // Each role's state machine (Requester / Completer / Responder::State).
+  uint8_t req_state;
+  uint8_t comp_state;
+  uint8_t resp_state;
+  uint8_t pad[3];
   uint32_t flags;
   uint32_t sq_posted;  // send WQEs not yet completed
   uint32_t rq_posted;  // receive WQEs posted (0 on an SRQ)

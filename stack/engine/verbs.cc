@@ -311,21 +311,9 @@ int Engine::destroy_srq(Srq* srq) {
   if (srq->users != 0) return EBUSY;
   drop_events(events_, [srq](const AsyncEvent& e) { return e.srq == srq; });
   if (srq->xrcd != nullptr) {
-    // XRC targets hold no reference, only the SRQ of the message they are receiving: that
-    // message is lost (its WQE went with the SRQ), the next one looks its SRQ up again.
     for (auto& q : qps_) {
       if (!q || q->type != IBV_QPT_XRC_RECV) continue;
-      if (q->srq == srq) {
-        q->srq = nullptr;
-        q->pd = nullptr;
-        q->recv_cq = nullptr;
-        q->resp.have_rwqe = q->resp.in_msg = false;
-      }
-      for (RdAtomicRes& r : q->resp.res) {  // a READ answered (or to replay) under its PD: gone
-        if (!r.valid || r.pd != srq->pd) continue;
-        if (r.sending) --q->resp.res_sending;
-        r = RdAtomicRes{};
-      }
+      forget_srq(q.get(), srq);
     }
     --srq->xrcd->users;
     --srq->cq->users;
@@ -447,10 +435,8 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
   }
   qp->sq = Ring<SendWqe>(c.max_send_wr);
   if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
-  qp->comp.retransmit_timer.owner = qp->req.rnr_timer.owner = qp.get();
-  qp->comp.retransmit_timer.kind = kTimerRetransmit;
-  qp->comp.cwnd = cfg_.tx_window;
-  qp->req.rnr_timer.kind = kTimerRnr;
+  init_requester(qp.get());
+  init_completer(qp.get());
   cc_init_qp(qp.get());
   qp->ibv.qp_num = qp->qpn;
   qp->ibv.qp_type = a->qp_type;
@@ -624,27 +610,19 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
     qp->mtu = mtu_bytes(attr->path_mtu);
   }
   if (mask & IBV_QP_TIMEOUT) qp->timeout = attr->timeout;
-  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = qp->comp.retry_left = attr->retry_cnt;
-  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = qp->comp.rnr_retry_left = attr->rnr_retry;
+  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = attr->rnr_retry;
+  if (mask & (IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY)) refill_retries(qp);
   if (mask & IBV_QP_MIN_RNR_TIMER) qp->min_rnr_timer = attr->min_rnr_timer;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->max_rd_atomic = std::max<uint8_t>(attr->max_rd_atomic, 1);
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     qp->max_dest_rd_atomic = std::max<uint8_t>(attr->max_dest_rd_atomic, 1);
-    // Resources in use stay where they are (a change in SQD keeps the ones below the new
-    // count; the IBA lets a QP shrink this only while no READ is outstanding).
-    qp->resp.res.resize(qp->max_dest_rd_atomic);
-    qp->resp.res_next %= qp->max_dest_rd_atomic;
+    size_rd_atomic_res(qp);
   }
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = attr->en_sqd_async_notify;
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
-  if (mask & IBV_QP_RQ_PSN) {
-    qp->resp.epsn = Psn(attr->rq_psn);
-    qp->resp.msn = 0;
-    qp->resp.seq_nak_sent = false;
-  }
-  if (mask & IBV_QP_SQ_PSN) {
-    qp->req.psn = qp->comp.psn = Psn(attr->sq_psn);
-  }
+  if (mask & IBV_QP_RQ_PSN) start_recv_psn(qp, Psn(attr->rq_psn));
+  if (mask & IBV_QP_SQ_PSN) start_send_psn(qp, Psn(attr->sq_psn));
   if (mask & IBV_QP_AV) {
     qp->ah_attr = attr->ah_attr;
     resolve_path(attr->ah_attr, &qp->path);
@@ -661,12 +639,12 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
     case IBV_QPS_ERR: enter_error(qp); break;
     case IBV_QPS_RTS:
       set_state(qp, IBV_QPS_RTS);
-      qp->req.drained_notified = false;
+      restart_drain(qp);
       schedule(qp);  // posted WQEs (e.g. queued while in SQD) may go now
       break;
     case IBV_QPS_SQD:
       set_state(qp, IBV_QPS_SQD);
-      qp->req.drained_notified = false;
+      restart_drain(qp);
       schedule(qp);  // drain check happens in the requester
       break;
     default: set_state(qp, next); break;
@@ -727,8 +705,6 @@ void Engine::set_state(Qp* qp, ibv_qp_state st) {
 }
 
 void Engine::reset_qp(Qp* qp) {
-  timers_.cancel(qp->comp.retransmit_timer);
-  timers_.cancel(qp->req.rnr_timer);
   cc_reset_qp(qp);
   {
     // Both sides of both queues: posters are kept out while the rings empty (and they find
@@ -749,16 +725,9 @@ void Engine::reset_qp(Qp* qp) {
     qp->pd = nullptr;
     qp->recv_cq = nullptr;
   }
-  qp->req.cursor = qp->req.assigned_end = 0;
-  qp->req.rd_atomic_outstanding = 0;
-  qp->req.pkts_since_ackreq = 0;
-  qp->comp.cwnd = cfg_.tx_window;
-  qp->req.rnr_waiting = false;
-  qp->comp.retry_started = qp->comp.extra_retry_used = false;
-  qp->resp.in_msg = qp->resp.have_rwqe = false;
-  qp->resp.res.assign(qp->resp.res.size(), RdAtomicRes{});
-  qp->resp.res_next = qp->resp.res_sending = 0;
-  qp->resp.ack_pending = false;
+  reset_requester(qp);
+  reset_completer(qp);
+  reset_responder(qp);
   qp->flush_pending = false;
 }
 
@@ -766,7 +735,7 @@ void Engine::enter_error(Qp* qp) {
   // Everything outstanding completes with IBV_WC_WR_FLUSH_ERR (in the engine's next pass, so
   // that an error completion being generated right now goes first).
   set_state(qp, IBV_QPS_ERR);
-  timers_.cancel(qp->comp.retransmit_timer);
+  timers_.cancel(qp->comp.retransmit_timer);  // nothing is retried or paced in ERR
   timers_.cancel(qp->req.rnr_timer);
   timers_.cancel(qp->cc.pace_timer);
   qp->flush_pending = true;
@@ -775,37 +744,8 @@ void Engine::enter_error(Qp* qp) {
 
 void Engine::flush_qp(Qp* qp) {
   qp->flush_pending = false;
-  while (!qp->sq.empty()) {
-    SendWqe& w = qp->sq.front();
-    ibv_wc wc{};
-    wc.wr_id = w.wr_id;
-    wc.status = w.state == WqeState::kDone ? w.status : IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = w.info().wc_opcode;
-    wc.qp_num = qp->qpn;
-    if (wc.status == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
-    // Successful WQEs still owed a completion keep their signalling; errors always complete.
-    // The slot is freed before the completion shows (as in retire_sq).
-    const bool report = wc.status != IBV_WC_SUCCESS || w.signaled;
-    qp->sq.pop();
-    if (report) push_cqe(qp->send_cq, wc, nullptr);
-  }
-  qp->req.cursor = qp->req.assigned_end = qp->sq.head_index();
-  qp->req.rd_atomic_outstanding = 0;
-  if (qp->srq == nullptr) {
-    while (!qp->rq.empty()) {
-      complete_recv_error(qp, qp->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR);
-      qp->rq.pop();
-    }
-  }
-  if (qp->resp.have_rwqe) {
-    // A receive WQE taken for a message that never finished.
-    qp->resp.have_rwqe = false;
-    complete_recv_error(qp, qp->resp.rwqe.wr_id, IBV_WC_WR_FLUSH_ERR);
-  }
-  qp->resp.in_msg = false;
-  for (auto& r : qp->resp.res) r.sending = false;
-  qp->resp.res_sending = 0;
-  qp->resp.ack_pending = false;
+  flush_requester(qp);
+  flush_responder(qp);
   if (qp->srq != nullptr && !is_xrc(qp->type) && !qp->last_wqe_reached) {
     // IBA 11.6.3: a QP on an SRQ that entered the error state takes no more WQEs from it.
     // Programs wait for this event before destroying such a QP (ibv_create_srq(3)).

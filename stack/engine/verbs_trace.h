@@ -18,6 +18,8 @@ struct VerbsEvent {
     kRnrResend,          // an RNR NAK's wait is over: the requester resends from `psn`
     kRate,               // DCQCN changed the QP's rate: opcode = RateCause, length = the
                          // rate (Mb/s), psn = the target rate (Mb/s), status = alpha x 1024
+    kRoleState,          // a role's state machine moved: opcode = Role, length = the state
+                         // it left, status = the state it entered, psn = the PSN concerned
   };
   enum RateCause : int { kRateCut, kRateTimer, kRateBytes, kRateLine };
   Kind kind = Kind::kPostSend;

@@ -102,6 +102,14 @@ void VerbsTraceFile::event(const VerbsEvent& e) {
       std::fprintf(f_, "%" PRIu64 "\t%s\t%u\t-\t-\t-\t-\t%u\n", t,
                    e.kind == K::kRnrResend ? "rnr_resend" : "retransmit_timeout", e.qpn, e.psn);
       break;
+    case K::kRoleState: {
+      // role_state QPN - ROLE FROM TO PSN
+      const Role r = static_cast<Role>(e.opcode);
+      std::fprintf(f_, "%" PRIu64 "\trole_state\t%u\t-\t%s\t%s\t%s\t%u\n", t, e.qpn,
+                   role_name(r), role_state_name(r, static_cast<int>(e.length)),
+                   role_state_name(r, e.status), e.psn);
+      break;
+    }
     case K::kRate: {
       // rate QPN - CAUSE RATE_MBPS ALPHA TARGET_MBPS (alpha as a fraction, 3 decimals)
       static const char* const kCause[] = {"cut", "timer", "bytes", "line"};

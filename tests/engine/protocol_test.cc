@@ -458,5 +458,99 @@ TEST_F(Requester, AnInlineSendSkipsAnEmptySgeWithANullAddress) {
   EXPECT_EQ(out[0].payload[7], 0x5A);
 }
 
+
+// ---- Each role's state machine (STYLE.md 15): named states, every change traced ---------------
+
+/// The role_state events a tracer heard, as "role: from -> to".
+struct RoleRecorder final : VerbsTracer {
+  void event(const VerbsEvent& e) override {
+    if (e.kind != VerbsEvent::Kind::kRoleState) return;
+    const auto r = static_cast<Role>(e.opcode);
+    moves.push_back(std::string(role_name(r)) + ": " +
+                    role_state_name(r, static_cast<int>(e.length)) + " -> " +
+                    role_state_name(r, e.status));
+  }
+  std::vector<std::string> moves;
+};
+
+TEST_F(Responder, AMultiPacketSendOpensAndClosesTheResponderOnlyAroundItsMiddle) {
+  // SEND FIRST, MIDDLE, LAST, then a SEND ONLY. Expect: idle -> in-send at FIRST, back to idle
+  // at LAST; the ONLY one moves nothing (it is over in one packet).
+  RoleRecorder r;
+  engine->set_verbs_tracer(&r);
+  post_recv(1);
+  post_recv(2);
+  send(opcode::kRcSendFirst, kEpsn, std::vector<uint8_t>(1024, 1));
+  step();
+  EXPECT_EQ(qp->resp.state, ::uroce::Responder::State::kInSend);
+  send(opcode::kRcSendMiddle, kEpsn + 1, std::vector<uint8_t>(1024, 1));
+  send(opcode::kRcSendLast, kEpsn + 2, std::vector<uint8_t>(10, 1));
+  step();
+  EXPECT_EQ(qp->resp.state, ::uroce::Responder::State::kIdle);
+  send(opcode::kRcSendOnly, kEpsn + 3, std::vector<uint8_t>(10, 1));
+  step();
+  EXPECT_EQ(r.moves, (std::vector<std::string>{"responder: idle -> in-send",
+                                               "responder: in-send -> idle"}));
+  EXPECT_EQ(engine->counters()[Counter::role_transitions], 2u);
+  engine->set_verbs_tracer(nullptr);
+}
+
+TEST_F(Requester, AnRnrNakHoldsTheRequesterUntilItsTimerThenItResendsFromThatPsn) {
+  // SEND of 3000 bytes (PSNs 5000..5002); the peer answers RNR NAK at 5000 (timer code 1:
+  // 10 us). Expect: rewound and held (retry-pending, then rnr-wait), nothing sent and no ACK
+  // timer while held; when the RNR timer fires the rewind is taken (retry-pending) and the
+  // first re-sent packet, PSN 5000, makes it ready again.
+  RoleRecorder r;
+  engine->set_verbs_tracer(&r);
+  std::vector<uint8_t> buf(3000, 4);
+  post(IBV_WR_SEND, buf);
+  ASSERT_EQ(step().size(), 3u);
+  EXPECT_EQ(qp->req.state, ::uroce::Requester::State::kReady);
+  ExtHeaders rnr;
+  rnr.aeth.syndrome = AethRepr::make_rnr_nak(1);
+  send(opcode::kRcAck, 5000, {}, rnr);
+  EXPECT_TRUE(step().empty());
+  EXPECT_EQ(qp->req.state, ::uroce::Requester::State::kRnrWait);
+  EXPECT_FALSE(qp->comp.retransmit_timer.armed);
+  now += 100'000;  // past the 10 us RNR timer
+  const auto out = step();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.front().hdr.bth.psn, 5000u);
+  EXPECT_EQ(qp->req.state, ::uroce::Requester::State::kReady);
+  EXPECT_TRUE(qp->comp.retransmit_timer.armed);
+  EXPECT_EQ(r.moves, (std::vector<std::string>{
+                         "requester: ready -> retry-pending", "requester: retry-pending -> rnr-wait",
+                         "requester: rnr-wait -> retry-pending", "requester: retry-pending -> ready"}));
+  engine->set_verbs_tracer(nullptr);
+}
+
+TEST_F(Requester, AGapInAReadsResponsesIsIgnoredUntilTheResponseAskedAgainComes) {
+  // READ of 3000 bytes (PSNs 5000..5002); MIDDLE 5001 comes first (FIRST lost). Expect: the
+  // completer goes to gap and asks again from 5000; a straggler LAST 5002 of the old stream
+  // changes nothing; the new FIRST 5000 brings it back to acking.
+  RoleRecorder r;
+  engine->set_verbs_tracer(&r);
+  std::vector<uint8_t> buf(3000, 0);
+  post(IBV_WR_RDMA_READ, buf);
+  ASSERT_EQ(requests_of(step(), opcode::kRcReadRequest), 1);
+  send(opcode::kRcReadResponseMiddle, 5001, std::vector<uint8_t>(1024, 2));
+  EXPECT_EQ(requests_of(step(), opcode::kRcReadRequest), 1);
+  EXPECT_EQ(qp->comp.state, ::uroce::Completer::State::kGap);
+  ExtHeaders ack;
+  ack.aeth.msn = 1;
+  send(opcode::kRcReadResponseLast, 5002, std::vector<uint8_t>(952, 3), ack);
+  EXPECT_TRUE(step().empty());
+  EXPECT_EQ(qp->comp.state, ::uroce::Completer::State::kGap);
+  send(opcode::kRcReadResponseFirst, 5000, std::vector<uint8_t>(1024, 1), ack);
+  step();
+  EXPECT_EQ(qp->comp.state, ::uroce::Completer::State::kAcking);
+  const std::vector<std::string> want = {"completer: acking -> gap",
+                                         "requester: ready -> retry-pending",
+                                         "requester: retry-pending -> ready",
+                                         "completer: gap -> acking"};
+  EXPECT_EQ(r.moves, want);
+  engine->set_verbs_tracer(nullptr);
+}
+
 }  // namespace
 }  // namespace uroce::test

@@ -250,7 +250,9 @@ class LadderPrinter final : public Printer {
       if (f[3] != "-") label += " wr_id=" + f[3];
       if (ev == "post_send" || ev == "post_recv" || ev == "completion") label += " len=" + f[5];
       if (ev == "completion") label += " " + f[6];
-      if (ev == "rate") {  // DCQCN: cause, rate, alpha, target
+      if (ev == "role_state") {  // a transport role's state machine: role, from, to
+        label = f[4] + " of QP 0x" + hex6(qpn) + ": " + f[5] + " -> " + f[6] + " psn=" + f[7];
+      } else if (ev == "rate") {  // DCQCN: cause, rate, alpha, target
         label = "DCQCN " + f[4] + ": QP 0x" + hex6(qpn) + " at " + f[5] + " Mb/s (target " +
                 f[7] + ", alpha " + f[6] + ")";
       } else if (f[7] != "-") {
@@ -258,7 +260,7 @@ class LadderPrinter final : public Printer {
       }
       const std::string kind = ev == "post_send" || ev == "post_recv" ? "post"
                                : ev == "completion" ? (f[6] == "success" ? "comp" : "err")
-                               : ev == "qp_state" || ev == "rate" ? "state"
+                               : ev == "qp_state" || ev == "rate" || ev == "role_state" ? "state"
                                                     : "timer";
       JsonWriter j;
       j.begin_object();

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "engine/objects.h"
 #include "engine/stats_shm.h"
 
 namespace {
@@ -296,6 +297,8 @@ int exec_with_uroce(char** cmd) {
 /// waits for (a stuck program's first question: who is waiting for whom).
 void print_qps(const uroce::StatsShm& st) {
   using uroce::QpStats;
+  using uroce::Role;
+  using uroce::role_state_name;
   const auto type_name = [](uint8_t t) {
     switch (t) {
       case IBV_QPT_RC: return "RC";
@@ -318,10 +321,11 @@ void print_qps(const uroce::StatsShm& st) {
                 q.cwnd, q.retry_left, q.rnr_retry_left);
     if (q.flags & QpStats::kRetransmitArmed)
       std::printf(", ACK timer in %llu us", static_cast<unsigned long long>(q.timer_in_us));
-    std::printf("; recv %u posted, ePSN 0x%06x, MSN %u", q.rq_posted, q.epsn, q.msn);
+    std::printf("; recv %u posted, ePSN 0x%06x, MSN %u; requester %s, completer %s, responder %s",
+                q.rq_posted, q.epsn, q.msn, role_state_name(Role::kRequester, q.req_state),
+                role_state_name(Role::kCompleter, q.comp_state),
+                role_state_name(Role::kResponder, q.resp_state));
     static constexpr std::pair<uint32_t, const char*> kFlags[] = {
-        {QpStats::kRnrWaiting, "rnr-wait"},   {QpStats::kRespGap, "resp-gap"},
-        {QpStats::kRetryPending, "retry-pending"}, {QpStats::kInMessage, "in-message"},
         {QpStats::kAckPending, "ack-pending"}, {QpStats::kScheduled, "scheduled"},
         {QpStats::kDoorbell, "doorbell"}};
     for (const auto& [bit, name] : kFlags)
