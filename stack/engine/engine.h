@@ -161,7 +161,12 @@ class Engine {
   int dealloc_pd(mem::Pd* pd);
   mem::Mr* reg_mr(mem::Pd* pd, void* addr, size_t length, int access);
   /// The peer addresses the region as [iova, iova + length) (ibv_reg_mr_iova2).
-  mem::Mr* reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
+  /// `pages` kChecked: prefault_mr ran, without the engine lock (the provider does that).
+  mem::Mr* reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access,
+                       mem::Pages pages = mem::Pages::kCheck);
+  /// The checks ibv_reg_mr makes on its arguments, and every page of the region faulted in:
+  /// 0 or the errno. Touches no engine state, so it runs before the engine lock is taken.
+  static int prefault_mr(const mem::Pd* pd, const void* addr, size_t length, int access);
   /// ibv_reg_dm_mr: [host, host + length) of emulated device memory, zero-based (the peer
   /// and the SGEs address it from 0). `access` must have IBV_ACCESS_ZERO_BASED (EINVAL).
   mem::Mr* reg_dm_mr(mem::Pd* pd, void* host, size_t length, int access);
@@ -170,7 +175,8 @@ class Engine {
   /// PD's, or PREFETCH_WRITE on an MR without local write).
   int advise_mr(const mem::Pd* pd, ibv_advise_mr_advice advice, const ibv_sge& sge) const;
   /// ibv_rereg_mr: the MR keeps its key; 0 or the errno.
-  int rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access);
+  int rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova, int access,
+               mem::Pages pages = mem::Pages::kCheck);
   int dereg_mr(mem::Mr* mr);
   const mem::MrTable& mr_table() const { return mrs_; }
   /// ibv_alloc_mw / ibv_dealloc_mw.

@@ -151,12 +151,17 @@ mem::Mr* Engine::reg_dm_mr(mem::Pd* pd, void* host, size_t length, int access) {
 }
 
 mem::Mr* Engine::reg_mr_iova(mem::Pd* pd, void* addr, size_t length, uint64_t iova,
-                             int access) {
+                             int access, mem::Pages pages) {
   if (int e = access_errno(access); e != 0) {
     errno = e;
     return nullptr;
   }
-  return mrs_.reg(pd, addr, length, iova, access);
+  return mrs_.reg(pd, addr, length, iova, access, pages);
+}
+
+int Engine::prefault_mr(const mem::Pd* pd, const void* addr, size_t length, int access) {
+  if (int e = access_errno(access); e != 0) return e;
+  return mem::region_errno(pd, addr, length, access);
 }
 
 int Engine::advise_mr(const mem::Pd* pd, ibv_advise_mr_advice advice,
@@ -181,9 +186,9 @@ int Engine::advise_mr(const mem::Pd* pd, ibv_advise_mr_advice advice,
 }
 
 int Engine::rereg_mr(mem::Mr* mr, mem::Pd* pd, void* addr, size_t length, uint64_t iova,
-                     int access) {
+                     int access, mem::Pages pages) {
   if (int e = access_errno(access); e != 0) return e;
-  return mrs_.modify(mr, pd, addr, length, iova, access);
+  return mrs_.modify(mr, pd, addr, length, iova, access, pages);
 }
 
 int Engine::dereg_mr(mem::Mr* mr) { return mrs_.dereg(mr); }

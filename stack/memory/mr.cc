@@ -69,9 +69,9 @@ bool writable(int access) {
   return (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
                     IBV_ACCESS_MW_BIND)) != 0;
 }
+}  // namespace
 
-/// 0, or the errno for registering [addr, addr+length) with `access` in `pd` (reg, rereg).
-int region_errno(const Pd* pd, const void* addr, uint64_t length, int access) {
+int region_errno(const Pd* pd, const void* addr, uint64_t length, int access, Pages pages) {
   // IBA: remote write or remote atomic access requires local write access.
   const bool needs_local_write =
       (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
@@ -88,8 +88,10 @@ int region_errno(const Pd* pd, const void* addr, uint64_t length, int access) {
     return start + length < start ? EINVAL : 0;
   }
   if (addr == nullptr && length != 0) return EINVAL;
-  return host_range_errno(addr, length, writable(access));
+  return pages == Pages::kChecked ? 0 : host_range_errno(addr, length, writable(access));
 }
+
+namespace {
 
 /// `base` + `offset` as a pointer, without pointer arithmetic on a null base (the implicit
 /// on-demand MR's host address is null: its iova is the address itself).
@@ -197,10 +199,11 @@ uint32_t MrTable::draw() {
 
 // ---- Registration ---------------------------------------------------------------------------
 
-int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
+int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
+                    Pages pages) {
   if (mr == nullptr || mr->key == 0) return EINVAL;
   if (mr->windows != 0) return EBUSY;  // the windows' translations would go stale
-  if (int e = region_errno(pd, addr, length, access); e != 0) return e;
+  if (int e = region_errno(pd, addr, length, access, pages); e != 0) return e;
   --mr->pd->users;
   ++pd->users;
   mr->pd = pd;
@@ -211,8 +214,9 @@ int MrTable::modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, 
   return 0;
 }
 
-Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  int e = region_errno(pd, addr, length, access);
+Mr* MrTable::reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
+                 Pages pages) {
+  int e = region_errno(pd, addr, length, access, pages);
   if (e == 0 && addr == nullptr && length == SIZE_MAX && iova != 0) e = EINVAL;  // implicit
   if (e == 0 && in_use_ >= max_mrs_) e = ENOMEM;
   if (e != 0) {

@@ -86,6 +86,17 @@ enum class AccessError : uint8_t {
 /// (`write`) not writable. Faults every page in, as the kernel's pinning does.
 int host_range_errno(const void* addr, uint64_t length, bool write);
 
+/// Whether registration faults the region's pages in (kCheck), or the caller already did,
+/// with region_errno, before taking the device lock (kChecked): a GiB is a quarter of a
+/// million page faults, and every QP's traffic waits for that lock meanwhile.
+enum class Pages : uint8_t { kCheck, kChecked };
+
+/// 0, or the errno ibv_reg_mr gives for registering [addr, addr+length) with `access` in
+/// `pd`: the access combination (remote write or atomic needs local write), a null or
+/// wrapping range, and (kCheck) every page faulted in with the access the MR needs.
+int region_errno(const Pd* pd, const void* addr, uint64_t length, int access,
+                 Pages pages = Pages::kCheck);
+
 /// Whether on-demand MRs can be offered: each access must be able to fault its pages in and
 /// learn their protection (MADV_POPULATE_READ/WRITE, Linux 5.14).
 bool odp_supported();
@@ -102,10 +113,12 @@ class MrTable {
   /// Registers [addr, addr+length) at `iova`. Returns nullptr and sets errno like
   /// ibv_reg_mr: EINVAL (bad access combination / null / wrapping range), EFAULT (unmapped
   /// page), ENOMEM (table full).
-  Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access);
+  Mr* reg(Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
+          Pages pages = Pages::kCheck);
   /// Changes a registered MR in place (ibv_rereg_mr): same checks as reg, same key.
   /// Returns 0 or the errno.
-  int modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access);
+  int modify(Mr* mr, Pd* pd, void* addr, uint64_t length, uint64_t iova, int access,
+             Pages pages = Pages::kCheck);
   /// Invalidates the key at once. Returns 0, EINVAL, or EBUSY while windows are bound to it.
   int dereg(Mr* mr);
 

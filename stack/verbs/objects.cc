@@ -792,8 +792,16 @@ extern "C" {
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                          unsigned int access) {
+  // The arguments are checked and every page faulted in before the device lock is taken:
+  // registering a GiB takes a quarter of a million page faults, and no QP's traffic may wait
+  // for that (docs/threading.md: no long system call under a lock).
+  const int acc = required_access(access);
+  if (int e = Engine::prefault_mr(pd_of(pd), addr, length, acc); e != 0) {
+    errno = e;
+    return nullptr;
+  }
   return new_mr(pd, addr, length, nullptr, [&](Engine& e) {
-    return e.reg_mr_iova(pd_of(pd), addr, length, iova, required_access(access));
+    return e.reg_mr_iova(pd_of(pd), addr, length, iova, acc, mem::Pages::kChecked);
   });
 }
 
@@ -828,14 +836,21 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   void* new_addr = translate ? addr : mr->addr;
   const size_t new_len = translate ? length : mr->length;
   const unsigned optional = IBV_ACCESS_OPTIONAL_RANGE;
-  Runtime* rt = runtime_of(mr->context);
-  EngineLock lock(rt);
+  // The MR's access changes only here, and a program does not rereg one MR from two threads
+  // at once: read without the lock, so that the new region's pages are faulted in before it.
   const int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
                              ? static_cast<int>(static_cast<unsigned>(access) & ~optional)
                              : m->access;
+  if (int e = Engine::prefault_mr(pd_of(new_pd), new_addr, new_len, new_access); e != 0) {
+    errno = e;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  Runtime* rt = runtime_of(mr->context);
+  EngineLock lock(rt);
   // A new translation is addressed by its virtual address, as ibv_reg_mr's.
   const uint64_t iova = translate ? reinterpret_cast<uint64_t>(new_addr) : m->iova;
-  if (int e = rt->engine->rereg_mr(m, pd_of(new_pd), new_addr, new_len, iova, new_access);
+  if (int e = rt->engine->rereg_mr(m, pd_of(new_pd), new_addr, new_len, iova, new_access,
+                                   mem::Pages::kChecked);
       e != 0) {
     errno = e;
     return IBV_REREG_MR_ERR_CMD;
