@@ -20,8 +20,6 @@ constexpr size_t kRxBurst = 32;
 constexpr size_t kRxBurstsPerPoll = 8;
 constexpr size_t kTxBurst = 32;
 
-uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<unsigned>(m); }
-
 }  // namespace
 
 Engine::Engine(Port& port, const EngineConfig& cfg)

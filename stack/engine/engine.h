@@ -326,7 +326,7 @@ class Engine {
   static wire::Ipv6Addr solicited_node(const wire::Ipv6Addr& target);
   static wire::MacAddr solicited_node_mac(const wire::Ipv6Addr& target);
 
-  // verbs.cc
+  // qp_state.cc (lifecycle.cc creates and destroys objects, posting.cc takes work requests)
   void set_state(Qp* qp, ibv_qp_state st);  // the engine's state and the posters' copy
   void clean_cq(Cq* cq, uint32_t qpn);       // drops the QP's completions from the CQ
   int check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const;

@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <cerrno>
 #include <atomic>
 #include <cstdint>
 #include <iterator>
@@ -124,6 +125,17 @@ struct Ah {
   ibv_ah_attr attr{};
   Path path;
 };
+
+/// Bytes of a path MTU enum (IBV_MTU_1024 -> 1024).
+constexpr uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<unsigned>(m); }
+
+/// The errno for an address vector (create_ah, modify_qp with IBV_QP_AV): EINVAL for one that
+/// can never be valid (no such port or source GID, no GRH: RoCE addresses by GID), otherwise
+/// EHOSTUNREACH when the destination could not be resolved to a neighbour.
+inline int av_errno(const ibv_ah_attr& ah, size_t gid_count, bool resolved) {
+  if (ah.port_num != 1 || !ah.is_global || ah.grh.sgid_index >= gid_count) return EINVAL;
+  return resolved ? 0 : EHOSTUNREACH;
+}
 
 enum class WqeState : uint8_t {
   kPosted,   // no PSN assigned yet
