@@ -357,6 +357,7 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
   by_comm_id_[id->local_comm_id] = id;
   id->tid = new_tid();
   std::array<uint8_t, wire::kCmDataLen> d{};
+  uint16_t attr = 0;
   const wire::CmaIpHeader ip = wire::CmaIpHeader::from_gids(id->src.port, id->src.ip, id->dst.ip);
   if (id->type == IBV_QPT_UD) {
     wire::CmSidrReq r;
@@ -367,7 +368,7 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     ip.emit(r.private_data);
     if (len > 0) std::memcpy(r.private_data.data() + wire::CmaIpHeader::kLen, pdata, len);
     r.emit(d);
-    id->last_attr = wire::cm_attr::kSidrReq;
+    attr = wire::cm_attr::kSidrReq;
     set_state(*id, State::kSidrSent);
   } else {
     wire::CmReq r;
@@ -409,16 +410,11 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     ip.emit(r.private_data);
     if (len > 0) std::memcpy(r.private_data.data() + wire::CmaIpHeader::kLen, pdata, len);
     r.emit(d);
-    id->last_attr = wire::cm_attr::kReq;
+    attr = wire::cm_attr::kReq;
     set_state(*id, State::kReqSent);
   }
-  id->last = d;
-  id->last_tid = id->tid;
-  id->has_last = true;
-  id->retries_left = timing_.max_cm_retries;
-  id->resend_timeout = timing_.cm_response_timeout;
-  send(*id, id->last_attr, d.data(), id->tid);
-  arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout));
+  send_kept(*id, attr, d);
+  resend_until_answered(*id, timing_.cm_response_timeout);
   return 0;
 }
 
@@ -464,15 +460,9 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
   if (len > r.private_data.size()) return EINVAL;
   if (len > 0) std::memcpy(r.private_data.data(), pdata, len);
   r.emit(d);
-  id->last = d;
-  id->last_attr = wire::cm_attr::kRep;
-  id->last_tid = id->tid;
-  id->has_last = true;
-  send(*id, wire::cm_attr::kRep, d.data(), id->tid);
+  send_kept(*id, wire::cm_attr::kRep, d);
   set_state(*id, State::kRepSent);
-  id->retries_left = timing_.max_cm_retries;
-  id->resend_timeout = id->remote_response_timeout;
-  arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout));
+  resend_until_answered(*id, id->remote_response_timeout);
   return 0;
 }
 
@@ -521,11 +511,7 @@ int ConnectionManager::establish(uint64_t handle) {
   r.local_comm_id = id->local_comm_id;
   r.remote_comm_id = id->remote_comm_id;
   r.emit(d);
-  id->last = d;
-  id->last_attr = wire::cm_attr::kRtu;
-  id->last_tid = id->tid;
-  id->has_last = true;  // resent if the REP comes again (our RTU was lost)
-  send(*id, wire::cm_attr::kRtu, d.data(), id->tid);
+  send_kept(*id, wire::cm_attr::kRtu, d);  // sent again if the REP comes again (RTU lost)
   set_state(*id, State::kEstablished);
   return 0;
 }
@@ -555,15 +541,9 @@ int ConnectionManager::disconnect(uint64_t handle) {
       r.remote_qpn_eecn = id->remote_qpn;
       r.emit(d);
       id->tid = new_tid();
-      id->last = d;
-      id->last_attr = wire::cm_attr::kDreq;
-      id->last_tid = id->tid;
-      id->has_last = true;
-      send(*id, wire::cm_attr::kDreq, d.data(), id->tid);
+      send_kept(*id, wire::cm_attr::kDreq, d);
       set_state(*id, State::kDreqSent);
-      id->retries_left = timing_.max_cm_retries;
-      id->resend_timeout = id->remote_response_timeout;
-      arm(*id, engine_.now() + wire::cm_timeout_ns(id->resend_timeout));
+      resend_until_answered(*id, id->remote_response_timeout);
       return 0;
     }
     case State::kDreqReceived: {
@@ -571,11 +551,7 @@ int ConnectionManager::disconnect(uint64_t handle) {
       r.local_comm_id = id->local_comm_id;
       r.remote_comm_id = id->remote_comm_id;
       r.emit(d);
-      id->last = d;
-      id->last_attr = wire::cm_attr::kDrep;
-      id->last_tid = id->tid;
-      id->has_last = true;
-      send(*id, wire::cm_attr::kDrep, d.data(), id->tid);
+      send_kept(*id, wire::cm_attr::kDrep, d);
       enter_timewait(*id);
       return 0;
     }
@@ -585,6 +561,21 @@ int ConnectionManager::disconnect(uint64_t handle) {
     default:
       return EINVAL;
   }
+}
+
+void ConnectionManager::send_kept(Id& id, uint16_t attr,
+                                  const std::array<uint8_t, wire::kCmDataLen>& d) {
+  id.last = d;
+  id.last_attr = attr;
+  id.last_tid = id.tid;
+  id.has_last = true;
+  send(id, attr, d.data(), id.tid);
+}
+
+void ConnectionManager::resend_until_answered(Id& id, uint8_t timeout) {
+  id.retries_left = timing_.max_cm_retries;
+  id.resend_timeout = timeout;
+  arm(id, engine_.now() + wire::cm_timeout_ns(timeout));
 }
 
 void ConnectionManager::enter_timewait(Id& id) {

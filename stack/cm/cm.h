@@ -196,6 +196,13 @@ class ConnectionManager {
   void recompute_deadline();
   bool path_for(Id& id);
   bool send(Id& id, uint16_t attr, const uint8_t* cm_data, uint64_t tid);
+  /// Sends a message of the connection's exchange and keeps it, under the id's current TID:
+  /// a duplicate of what it answers (the peer's resend) is answered with it again, and
+  /// resend_until_answered resends it.
+  void send_kept(Id& id, uint16_t attr, const std::array<uint8_t, wire::kCmDataLen>& d);
+  /// The kept message goes again every `timeout` (the CM's 4.096 us * 2^timeout) until its
+  /// answer comes or max_cm_retries resends are spent.
+  void resend_until_answered(Id& id, uint8_t timeout);
   /// Parses the CM data of a message; false (counted as malformed) if it does not parse.
   template <typename T>
   bool parse_cm(const uint8_t* d, T* out) {
