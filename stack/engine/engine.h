@@ -226,7 +226,26 @@ class Engine {
   // ---- Data path (thread-safe: see the top of this file) ------------------------------------
   /// all_or_none: check the whole chain (and the room in the SQ) before posting any of it, as
   /// ibv_wr_complete must; otherwise the WRs ahead of a failing one stay posted (ibv_post_send).
-  int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bool all_or_none = false);
+  int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad);
+  /// The ibv_wr_* builder (stack/verbs/ext.cc) writes WQEs in place: with qp->sq_mu held
+  /// from ibv_wr_start on, stage_wqe(qp, k) is the k-th free slot of the send queue, cleared
+  /// (nullptr when the queue has no room for it), and commit_wqes(qp, n) checks the n staged
+  /// WQEs as ibv_post_send checks its WRs and publishes all of them, or none (0 or the errno).
+  SendWqe* stage_wqe(Qp* qp, size_t k);
+  int commit_wqes(Qp* qp, size_t n);
+  /// What ibv_post_send's checks look at in a work request, however it was written
+  /// (an ibv_send_wr, or a WQE the ibv_wr_* builder filled in place).
+  struct WrShape {
+    int opcode = 0;
+    int num_sge = 0;
+    uint64_t total = 0;  // bytes
+    bool inline_asked = false;
+    bool has_ah = false;
+    const ibv_mw* bind_mw = nullptr;  // IBV_WR_BIND_MW: the window and the MR it binds to
+    const ibv_mr* bind_mr = nullptr;
+  };
+  /// The checks ibv_post_send makes on one work request: 0 or the errno.
+  int check_wr(const Qp* qp, const WrShape& s) const;
   int post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   int post_srq_recv(Srq* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad);
   /// Up to n completions; returns how many (never negative).
@@ -278,8 +297,6 @@ class Engine {
   size_t qp_states(QpStats* out, size_t max, size_t* shown) const;
 
  private:
-  friend class EngineTestPeer;
-
   // engine.cc
   void answer_doorbells();
   void receive(Frame* f);
@@ -290,8 +307,6 @@ class Engine {
   void run_tx();
   Frame* tx_alloc();
   void tx_frame(Frame* f);
-  /// The checks ibv_post_send makes on one WR; *total = its length. 0 or the errno.
-  int check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) const;
   bool is_local_dest(const Frame* f);  // a frame for our MAC: is its QP one of ours?
   void flush_tx();
   Frame* build_packet(wire::RoceHeaders& h, size_t payload_len,

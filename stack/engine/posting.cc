@@ -28,121 +28,159 @@ RecvWqe to_recv_wqe(const ibv_recv_wr& wr) {
 
 // ---- Posting ----------------------------------------------------------------------------------
 
-int Engine::check_send_wr(const Qp* qp, const ibv_send_wr* wr, uint64_t* total) const {
+int Engine::check_wr(const Qp* qp, const WrShape& s) const {
   // Runs on the posting thread: only the QP's fixed properties and its published state.
   const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
   if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return EINVAL;
-  const WrOpInfo& op = wr_info(wr->opcode);
-  if (!wr_allowed(qp->type, wr->opcode)) return EINVAL;
-  *total = 0;
-  if (wr->opcode == IBV_WR_BIND_MW) {
+  const WrOpInfo& op = wr_info(s.opcode);
+  if (!wr_allowed(qp->type, s.opcode)) return EINVAL;
+  if (s.opcode == IBV_WR_BIND_MW) {
     // IBV_WR_BIND_MW binds type 2 windows; type 1 windows have ibv_bind_mw (verbs.h).
-    const ibv_mw* mw = wr->bind_mw.mw;
-    const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
-    if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || b.mr == nullptr) return EINVAL;
+    if (s.bind_mw == nullptr || s.bind_mw->type != IBV_MW_TYPE_2 || s.bind_mr == nullptr)
+      return EINVAL;
     return 0;
   }
-  if (wr->opcode == IBV_WR_LOCAL_INV) return 0;
-  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge) return EINVAL;
-  *total = 0;
-  for (int i = 0; i < wr->num_sge; ++i) *total += wr->sg_list[i].length;
+  if (op.kind == WrKind::kLocal) return 0;
+  if (s.num_sge < 0 || static_cast<uint32_t>(s.num_sge) > qp->cap.max_send_sge) return EINVAL;
   // IBV_SEND_INLINE is ignored where it cannot apply (a READ's SGEs are written into).
-  const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && op.inline_ok;
-  if (*total > (1ull << 31)) return EINVAL;
-  if (op.fixed_length != 0 && *total != op.fixed_length) return EINVAL;
+  const bool is_inline = s.inline_asked && op.inline_ok;
+  if (s.total > (1ull << 31)) return EINVAL;
+  if (op.fixed_length != 0 && s.total != op.fixed_length) return EINVAL;
   // ATOMIC WRITE's 8 bytes may come inline whatever max_inline_data says (ibv_wr_atomic_write
   // passes them by value).
-  if (is_inline && op.fixed_length == 0 && *total > qp->cap.max_inline_data) return EINVAL;
-  if (qp->type == IBV_QPT_UD && (wr->wr.ud.ah == nullptr || *total > qp->mtu)) return EINVAL;
+  if (is_inline && op.fixed_length == 0 && s.total > qp->cap.max_inline_data) return EINVAL;
+  if (qp->type == IBV_QPT_UD && (!s.has_ah || s.total > qp->mtu)) return EINVAL;
   return 0;
 }
 
-int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad, bool all_or_none) {
+namespace {
+
+Engine::WrShape shape_of(const ibv_send_wr& wr) {
+  Engine::WrShape s;
+  s.opcode = wr.opcode;
+  s.num_sge = wr.num_sge;
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    s.bind_mw = wr.bind_mw.mw;
+    s.bind_mr = wr.bind_mw.bind_info.mr;
+  } else if (wr.opcode != IBV_WR_LOCAL_INV && wr.num_sge > 0) {
+    for (int i = 0; i < wr.num_sge; ++i) s.total += wr.sg_list[i].length;
+  }
+  s.inline_asked = (wr.send_flags & IBV_SEND_INLINE) != 0;
+  s.has_ah = wr.wr.ud.ah != nullptr;
+  return s;
+}
+
+/// What post_send writes into a send queue slot for `wr` (checked: check_wr said 0).
+void fill_wqe(const Qp* qp, const ibv_send_wr& wr, uint64_t total, SendWqe& w) {
+  w = SendWqe{};
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags;
+  w.imm_or_inv = wr.imm_data;
+  w.signaled = qp->sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
+  switch (wr.opcode) {
+    case IBV_WR_BIND_MW: {
+      const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+      w.bind = {wr.bind_mw.mw->rkey, wr.bind_mw.rkey, b.mr->lkey, b.addr, b.length,
+                static_cast<int>(b.mw_access_flags), false};
+      w.imm_or_inv = 0;
+      return;
+    }
+    case IBV_WR_LOCAL_INV: return;  // imm_or_inv holds invalidate_rkey
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      w.remote_addr = wr.wr.atomic.remote_addr;
+      w.rkey = wr.wr.atomic.rkey;
+      w.compare_add = wr.wr.atomic.compare_add;
+      w.swap = wr.wr.atomic.swap;
+      break;
+    default:
+      w.remote_addr = wr.wr.rdma.remote_addr;
+      w.rkey = wr.wr.rdma.rkey;
+      break;
+  }
+  if (qp->type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr.qp_type.xrc.remote_srqn & 0xFFFFFF;
+  if (qp->type == IBV_QPT_UD) {
+    w.ah = to_ah(wr.wr.ud.ah);
+    w.remote_qpn = wr.wr.ud.remote_qpn;
+    w.remote_qkey = wr.wr.ud.remote_qkey;  // the high bit is resolved when sent
+  }
+  w.length = static_cast<uint32_t>(total);
+  w.is_inline = (wr.send_flags & IBV_SEND_INLINE) != 0 && w.info().inline_ok;
+  if (w.is_inline) {
+    uint32_t off = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      if (wr.sg_list[i].length == 0) continue;  // its address may be null (UCX's are)
+      std::memcpy(w.inline_data.data() + off, reinterpret_cast<const void*>(wr.sg_list[i].addr),
+                  wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+  } else {
+    w.num_sge = static_cast<uint32_t>(wr.num_sge);
+    for (int i = 0; i < wr.num_sge; ++i)
+      w.sge[static_cast<size_t>(i)] = {wr.sg_list[i].addr, wr.sg_list[i].length,
+                                       wr.sg_list[i].lkey};
+  }
+}
+
+/// The shape of a WQE the ibv_wr_* builder filled in place.
+Engine::WrShape shape_of(const SendWqe& w) {
+  Engine::WrShape s;
+  s.opcode = w.opcode;
+  s.num_sge = static_cast<int>(w.num_sge);
+  s.total = w.length;
+  s.inline_asked = w.is_inline || (w.send_flags & IBV_SEND_INLINE) != 0;
+  s.has_ah = w.ah != nullptr;
+  return s;
+}
+
+}  // namespace
+
+int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
   const ibv_send_wr* const first = wr;
   int err = 0;
   std::lock_guard<std::mutex> producer(qp->sq_mu);
-  if (all_or_none) {  // ibv_wr_complete: either the whole batch is posted or none of it
-    size_t n = 0;
-    uint64_t total = 0;
-    for (const ibv_send_wr* x = wr; x != nullptr; x = x->next, ++n) {
-      if (int e = check_send_wr(qp, x, &total); e != 0) {
-        if (bad != nullptr) *bad = x;
-        return e;
-      }
-    }
-    if (n > qp->sq.capacity() - qp->sq.size()) {
-      if (bad != nullptr) *bad = wr;
-      return ENOMEM;
-    }
-  }
   for (; wr != nullptr; wr = wr->next) {
-    uint64_t total = 0;
-    err = check_send_wr(qp, wr, &total);
+    const WrShape s = shape_of(*wr);
+    err = check_wr(qp, s);
     if (err == 0 && qp->sq.full()) err = ENOMEM;
     if (err != 0) {
       if (bad != nullptr) *bad = wr;
       break;
     }
     trace({VerbsEvent::Kind::kPostSend, qp->qpn, wr->wr_id, wr->opcode,
-           static_cast<uint32_t>(total), 0, 0});
-    SendWqe& w = qp->sq.next_slot();
-    w = SendWqe{};
-    w.wr_id = wr->wr_id;
-    w.opcode = wr->opcode;
-    w.send_flags = wr->send_flags;
-    w.imm_or_inv = wr->imm_data;
-    w.signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-    switch (wr->opcode) {
-      case IBV_WR_BIND_MW: {
-        const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
-        w.bind = {wr->bind_mw.mw->rkey, wr->bind_mw.rkey, b.mr->lkey, b.addr, b.length,
-                  static_cast<int>(b.mw_access_flags), false};
-        w.imm_or_inv = 0;
-        qp->sq.commit();
-        continue;
-      }
-      case IBV_WR_LOCAL_INV:
-        qp->sq.commit();  // imm_or_inv holds invalidate_rkey
-        continue;
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        w.remote_addr = wr->wr.atomic.remote_addr;
-        w.rkey = wr->wr.atomic.rkey;
-        w.compare_add = wr->wr.atomic.compare_add;
-        w.swap = wr->wr.atomic.swap;
-        break;
-      default:
-        w.remote_addr = wr->wr.rdma.remote_addr;
-        w.rkey = wr->wr.rdma.rkey;
-        break;
-    }
-    if (qp->type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr->qp_type.xrc.remote_srqn & 0xFFFFFF;
-    if (qp->type == IBV_QPT_UD) {
-      w.ah = to_ah(wr->wr.ud.ah);
-      w.remote_qpn = wr->wr.ud.remote_qpn;
-      w.remote_qkey = wr->wr.ud.remote_qkey;  // the high bit is resolved when sent
-    }
-    w.length = static_cast<uint32_t>(total);
-    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && w.info().inline_ok;
-    if (w.is_inline) {
-      uint32_t off = 0;
-      for (int i = 0; i < wr->num_sge; ++i) {
-        if (wr->sg_list[i].length == 0) continue;  // its address may be null (UCX's are)
-        std::memcpy(w.inline_data.data() + off,
-                    reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
-        off += wr->sg_list[i].length;
-      }
-    } else {
-      w.num_sge = static_cast<uint32_t>(wr->num_sge);
-      for (int i = 0; i < wr->num_sge; ++i)
-        w.sge[static_cast<size_t>(i)] = {wr->sg_list[i].addr, wr->sg_list[i].length,
-                                         wr->sg_list[i].lkey};
-    }
+           static_cast<uint32_t>(s.total), 0, 0});
+    fill_wqe(qp, *wr, s.total, qp->sq.next_slot());
     qp->sq.commit();
   }
   // The WRs ahead of a failing one stay posted: they must go out too.
   if (wr != first) ring_doorbell(qp);
   return err;
+}
+
+SendWqe* Engine::stage_wqe(Qp* qp, size_t k) {
+  if (qp->sq.size() + k >= qp->sq.capacity()) return nullptr;
+  SendWqe& w = qp->sq.next_slot(k);
+  w = SendWqe{};
+  return &w;
+}
+
+int Engine::commit_wqes(Qp* qp, size_t n) {
+  // All or nothing (ibv_wr_post(3): nothing is executed unless ibv_wr_complete succeeds). A
+  // staged BIND_MW was checked when it was staged: its window and MR are pointers the WQE
+  // does not keep.
+  for (size_t k = 0; k < n; ++k) {
+    const SendWqe& w = qp->sq.next_slot(k);
+    if (w.opcode == IBV_WR_BIND_MW) continue;
+    if (int e = check_wr(qp, shape_of(w)); e != 0) return e;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const SendWqe& w = qp->sq.next_slot(k);
+    trace({VerbsEvent::Kind::kPostSend, qp->qpn, w.wr_id, w.opcode, w.length, 0, 0});
+  }
+  qp->sq.commit(n);
+  ring_doorbell(qp);
+  return 0;
 }
 
 int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,

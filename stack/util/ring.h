@@ -52,8 +52,12 @@ class Ring {
     return true;
   }
   /// In-place push for large elements: fill next_slot() (only when !full()), then commit().
-  T& next_slot() { return slots_[tail_.load(std::memory_order_relaxed) & mask()]; }
-  void commit() { tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  /// next_slot(k) is the k-th free slot past it (k < capacity() - size()): a batch is filled
+  /// in place and published at once by commit(n), or dropped by not committing it.
+  T& next_slot(size_t k = 0) { return slots_[(tail_.load(std::memory_order_relaxed) + k) & mask()]; }
+  void commit(size_t n = 1) {
+    tail_.store(tail_.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  }
   T& front() { return slots_[head_.load(std::memory_order_relaxed) & mask()]; }
   const T& front() const { return slots_[head_.load(std::memory_order_relaxed) & mask()]; }
   void pop() { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }

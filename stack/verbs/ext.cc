@@ -1,16 +1,12 @@
 // The extended verbs: ibv_create_cq_ex with the ibv_start_poll / ibv_next_poll / ibv_wc_read_*
 // iterator, and ibv_create_qp_ex with send_ops_flags, ibv_qp_to_qp_ex and the ibv_wr_* builder.
 //
-// Both are thin layers over the classic paths: a cq_ex polls one ibv_wc at a time through the
-// context's poll_cq op and the read_* functions return its fields; a qp_ex builds a chain of
-// ibv_send_wr between ibv_wr_start and ibv_wr_complete and posts it with one engine call.
-// The builder's entries are kept between batches (a vector that only grows), so a steady
-// application allocates nothing per work request. Unsupported requests (TSO, XRC, completion
-// timestamps) fail with EOPNOTSUPP, as rdma-core documents.
+// A cq_ex polls one ibv_wc at a time through the context's poll_cq op and the read_* functions
+// return its fields; a qp_ex's ibv_wr_* calls write WQEs straight into the send queue (see
+// the builder below), so nothing is allocated or copied twice per work request. Unsupported
+// requests (TSO, completion timestamps) fail with EOPNOTSUPP, as rdma-core documents.
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <vector>
 
 #include "verbs/provider.h"
 
@@ -109,139 +105,174 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 }
 
 // ---- QP: the ibv_wr_* builder -----------------------------------------------------------------
-
-struct Entry {
-  ibv_send_wr wr;
-  uint32_t num_sge;
-  ibv_sge sge[kMaxSge];
-  uint8_t inl[kMaxInline];  // inline data is copied here: the caller's buffer may be reused
-  bool uses_inl;            // sge[0] points at inl
-};
+//
+// As rdma-core's providers do, each ibv_wr_<op> writes its WQE in place, into the next free
+// slot of the send queue, under the queue's producer lock (held from ibv_wr_start to
+// ibv_wr_complete / ibv_wr_abort). ibv_wr_complete checks the batch as ibv_post_send checks
+// its WRs and publishes it at once; ibv_wr_abort, or a failed check, leaves the slots
+// unpublished: nothing of the batch runs (ibv_wr_post(3)).
 
 struct Builder {
-  std::mutex mu;  // held from ibv_wr_start to ibv_wr_complete / ibv_wr_abort
-  std::vector<Entry> entries;
-  size_t n = 0;  // entries in the current batch
+  size_t n = 0;  // WQEs staged in the current batch
   int err = 0;   // the first error of the batch; ibv_wr_complete returns it
   uint64_t send_ops = 0;
 };
 
-Builder* builder_of(ibv_qp_ex* q) { return static_cast<Builder*>(to_qp(&q->qp_base)->ext); }
+Qp* qp_of(ibv_qp_ex* q) { return to_qp(&q->qp_base); }
+Builder* builder_of(ibv_qp_ex* q) { return static_cast<Builder*>(qp_of(q)->ext); }
+Engine& engine_of(ibv_qp_ex* q) { return *runtime_of(q->qp_base.context)->engine; }
 
-/// Starts a new work request of the batch from the qp_ex's wr_id / wr_flags.
-Entry* begin_wr(ibv_qp_ex* q, ibv_wr_opcode op) {
+/// Starts a new work request of the batch, from the qp_ex's wr_id / wr_flags.
+SendWqe* begin_wr(ibv_qp_ex* q, ibv_wr_opcode op) {
   Builder* b = builder_of(q);
   if (b->err != 0) return nullptr;
   if ((b->send_ops & wr_info(op).qp_ex_flag) == 0) {
     b->err = EOPNOTSUPP;  // not announced in send_ops_flags at creation
     return nullptr;
   }
-  if (b->n == b->entries.size()) b->entries.emplace_back();
-  Entry* e = &b->entries[b->n++];
-  e->wr = {};
-  e->wr.wr_id = q->wr_id;
-  e->wr.opcode = op;
-  e->wr.send_flags = q->wr_flags;
-  e->num_sge = 0;
-  e->uses_inl = false;
-  return e;
+  Qp* qp = qp_of(q);
+  SendWqe* w = engine_of(q).stage_wqe(qp, b->n);
+  if (w == nullptr) {
+    b->err = ENOMEM;  // the batch does not fit in the send queue
+    return nullptr;
+  }
+  ++b->n;
+  w->wr_id = q->wr_id;
+  w->opcode = op;
+  w->send_flags = q->wr_flags;
+  w->signaled = qp->sq_sig_all || (q->wr_flags & IBV_SEND_SIGNALED);
+  return w;
 }
 
-Entry* current(ibv_qp_ex* q) {
+SendWqe* current(ibv_qp_ex* q) {
   Builder* b = builder_of(q);
   if (b->err != 0) return nullptr;
   if (b->n == 0) {
     b->err = EINVAL;  // a setter before any ibv_wr_<op>
     return nullptr;
   }
-  return &b->entries[b->n - 1];
+  return &qp_of(q)->sq.next_slot(b->n - 1);
 }
 
 void wr_send(ibv_qp_ex* q) { begin_wr(q, IBV_WR_SEND); }
 void wr_send_imm(ibv_qp_ex* q, __be32 imm) {
-  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_IMM))
-    e->wr.imm_data = imm;
+  if (SendWqe* w = begin_wr(q, IBV_WR_SEND_WITH_IMM)) w->imm_or_inv = imm;
 }
 void wr_send_inv(ibv_qp_ex* q, uint32_t rkey) {
-  if (Entry* e = begin_wr(q, IBV_WR_SEND_WITH_INV))
-    e->wr.invalidate_rkey = rkey;
+  if (SendWqe* w = begin_wr(q, IBV_WR_SEND_WITH_INV)) w->imm_or_inv = rkey;
 }
-void set_rdma(Entry* e, uint32_t rkey, uint64_t addr) {
-  e->wr.wr.rdma.rkey = rkey;
-  e->wr.wr.rdma.remote_addr = addr;
+void set_remote(SendWqe* w, uint32_t rkey, uint64_t addr) {
+  w->rkey = rkey;
+  w->remote_addr = addr;
 }
 void wr_rdma_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
-  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE)) set_rdma(e, rkey, addr);
+  if (SendWqe* w = begin_wr(q, IBV_WR_RDMA_WRITE)) set_remote(w, rkey, addr);
 }
 void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
-  if (Entry* e = begin_wr(q, IBV_WR_RDMA_WRITE_WITH_IMM)) {
-    set_rdma(e, rkey, addr);
-    e->wr.imm_data = imm;
+  if (SendWqe* w = begin_wr(q, IBV_WR_RDMA_WRITE_WITH_IMM)) {
+    set_remote(w, rkey, addr);
+    w->imm_or_inv = imm;
   }
 }
 void wr_rdma_read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
-  if (Entry* e = begin_wr(q, IBV_WR_RDMA_READ)) set_rdma(e, rkey, addr);
+  if (SendWqe* w = begin_wr(q, IBV_WR_RDMA_READ)) set_remote(w, rkey, addr);
 }
 void wr_atomic_cmp_swp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare,
                        uint64_t swap) {
-  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_CMP_AND_SWP)) {
-    e->wr.wr.atomic = {addr, compare, swap, rkey};
+  if (SendWqe* w = begin_wr(q, IBV_WR_ATOMIC_CMP_AND_SWP)) {
+    set_remote(w, rkey, addr);
+    w->compare_add = compare;
+    w->swap = swap;
   }
 }
 void wr_atomic_fetch_add(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
-  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_FETCH_AND_ADD)) {
-    e->wr.wr.atomic = {addr, add, 0, rkey};
+  if (SendWqe* w = begin_wr(q, IBV_WR_ATOMIC_FETCH_AND_ADD)) {
+    set_remote(w, rkey, addr);
+    w->compare_add = add;
   }
 }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* value) {
-  // The 8 bytes to write are the payload: carry them inline.
-  if (Entry* e = begin_wr(q, IBV_WR_ATOMIC_WRITE)) {
-    set_rdma(e, rkey, addr);
-    std::memcpy(e->inl, value, 8);
-    e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), 8, 0};
-    e->num_sge = 1;
-    e->uses_inl = true;
-    e->wr.send_flags |= IBV_SEND_INLINE;
+  // The 8 bytes to write are the payload, passed by value: carried inline.
+  if (SendWqe* w = begin_wr(q, IBV_WR_ATOMIC_WRITE)) {
+    set_remote(w, rkey, addr);
+    std::memcpy(w->inline_data.data(), value, 8);
+    w->length = 8;
+    w->is_inline = true;
+    w->send_flags |= IBV_SEND_INLINE;
   }
 }
 void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) {
-  if (Entry* e = begin_wr(q, IBV_WR_LOCAL_INV))
-    e->wr.invalidate_rkey = rkey;
+  if (SendWqe* w = begin_wr(q, IBV_WR_LOCAL_INV)) w->imm_or_inv = rkey;
 }
 void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
-  if (Entry* e = begin_wr(q, IBV_WR_BIND_MW)) {
-    e->wr.bind_mw.mw = mw;
-    e->wr.bind_mw.rkey = rkey;
-    e->wr.bind_mw.bind_info = *info;
+  SendWqe* w = begin_wr(q, IBV_WR_BIND_MW);
+  if (w == nullptr) return;
+  // Checked now, as ibv_post_send checks it: the WQE keeps keys, not the objects.
+  Engine::WrShape s;
+  s.opcode = IBV_WR_BIND_MW;
+  s.bind_mw = mw;
+  s.bind_mr = info != nullptr ? info->mr : nullptr;
+  if (int e = engine_of(q).check_wr(qp_of(q), s); e != 0) {
+    builder_of(q)->err = e;
+    return;
   }
+  w->bind = {mw->rkey, rkey, info->mr->lkey, info->addr, info->length,
+             static_cast<int>(info->mw_access_flags), false};
 }
 void wr_unsupported_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) {
   builder_of(q)->err = EOPNOTSUPP;
 }
 void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
-  if (Entry* e = current(q)) e->wr.wr.ud = {ah, remote_qpn, remote_qkey};
-}
-void wr_set_sge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
-  if (Entry* e = current(q)) {
-    e->sge[0] = {addr, length, lkey};
-    e->num_sge = 1;
-    e->uses_inl = false;
+  if (SendWqe* w = current(q)) {
+    w->ah = ah != nullptr ? to_ah(ah) : nullptr;
+    w->remote_qpn = remote_qpn;
+    w->remote_qkey = remote_qkey;  // the high bit is resolved when sent
   }
 }
-void wr_set_sge_list(ibv_qp_ex* q, size_t num_sge, const ibv_sge* list) {
-  Entry* e = current(q);
-  if (e == nullptr) return;
-  if (num_sge > kMaxSge) {
-    builder_of(q)->err = EINVAL;
+/// The WQE's data: `n` pieces, copied in when it is sent inline (IBV_SEND_INLINE where the
+/// opcode allows it, as ibv_post_send does), else gathered from the SGEs when it is sent.
+void set_data(ibv_qp_ex* q, SendWqe* w, size_t n, const ibv_sge* list) {
+  Builder* b = builder_of(q);
+  if (n > kMaxSge) {
+    b->err = EINVAL;
     return;
   }
-  std::memcpy(e->sge, list, num_sge * sizeof(ibv_sge));
-  e->num_sge = static_cast<uint32_t>(num_sge);
-  e->uses_inl = false;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += list[i].length;
+  if (total > (1ull << 31)) {
+    b->err = EINVAL;
+    return;
+  }
+  w->length = static_cast<uint32_t>(total);
+  w->is_inline = (w->send_flags & IBV_SEND_INLINE) != 0 && w->info().inline_ok;
+  if (w->is_inline) {
+    if (total > kMaxInline) {
+      b->err = EINVAL;  // more than max_inline_data can be
+      return;
+    }
+    uint32_t off = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (list[i].length == 0) continue;  // its address may be null
+      std::memcpy(w->inline_data.data() + off, reinterpret_cast<const void*>(list[i].addr),
+                  list[i].length);
+      off += list[i].length;
+    }
+    w->num_sge = 0;
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) w->sge[i] = {list[i].addr, list[i].length, list[i].lkey};
+  w->num_sge = static_cast<uint32_t>(n);
+}
+void wr_set_sge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  const ibv_sge sge{addr, length, lkey};
+  if (SendWqe* w = current(q)) set_data(q, w, 1, &sge);
+}
+void wr_set_sge_list(ibv_qp_ex* q, size_t num_sge, const ibv_sge* list) {
+  if (SendWqe* w = current(q)) set_data(q, w, num_sge, list);
 }
 void wr_set_inline_data_list(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* bufs) {
-  Entry* e = current(q);
-  if (e == nullptr) return;
+  SendWqe* w = current(q);
+  if (w == nullptr) return;
   size_t total = 0;
   for (size_t i = 0; i < num_buf; ++i) total += bufs[i].length;
   if (total > kMaxInline) {
@@ -250,57 +281,49 @@ void wr_set_inline_data_list(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* b
   }
   size_t off = 0;
   for (size_t i = 0; i < num_buf; ++i) {
-    if (bufs[i].length > 0) std::memcpy(e->inl + off, bufs[i].addr, bufs[i].length);
+    if (bufs[i].length > 0) std::memcpy(w->inline_data.data() + off, bufs[i].addr, bufs[i].length);
     off += bufs[i].length;
   }
-  e->sge[0] = {reinterpret_cast<uint64_t>(e->inl), static_cast<uint32_t>(total), 0};
-  e->num_sge = 1;
-  e->uses_inl = true;
-  e->wr.send_flags |= IBV_SEND_INLINE;
+  w->length = static_cast<uint32_t>(total);
+  w->num_sge = 0;
+  w->is_inline = w->info().inline_ok;
+  w->send_flags |= IBV_SEND_INLINE;
 }
 void wr_set_inline_data(ibv_qp_ex* q, void* addr, size_t length) {
   const ibv_data_buf b{addr, length};
   wr_set_inline_data_list(q, 1, &b);
 }
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t remote_srqn) {
-  if (Entry* e = current(q)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+  if (SendWqe* w = current(q)) w->xrc_srqn = remote_srqn & 0xFFFFFF;
 }
 
 void wr_start(ibv_qp_ex* q) {
   Builder* b = builder_of(q);
-  b->mu.lock();
+  qp_of(q)->sq_mu.lock();  // the send queue's producer lock, until complete or abort
   b->n = 0;
   b->err = 0;
 }
 int wr_complete(ibv_qp_ex* q) {
   Builder* b = builder_of(q);
+  Qp* qp = qp_of(q);
+  Runtime* rt = runtime_of(q->qp_base.context);
   int rc = b->err;
   if (rc == 0 && b->n > 0) {
-    for (size_t i = 0; i < b->n; ++i) {  // link the batch now that the vector is stable
-      Entry& e = b->entries[i];
-      // Inline data lives in the entry, which may have moved when the vector grew.
-      if (e.uses_inl) e.sge[0].addr = reinterpret_cast<uint64_t>(e.inl);
-      e.wr.sg_list = e.num_sge > 0 ? e.sge : nullptr;
-      e.wr.num_sge = static_cast<int>(e.num_sge);
-      e.wr.next = i + 1 < b->n ? &b->entries[i + 1].wr : nullptr;
-    }
-    // All or nothing (man ibv_wr_post: nothing is executed unless ibv_wr_complete succeeds).
-    Runtime* rt = runtime_of(q->qp_base.context);
     app_posted(rt);
-    const ibv_send_wr* bad = nullptr;
-    rc = rt->engine->post_send(to_qp(&q->qp_base), &b->entries[0].wr, &bad, true);
-    if (rc == 0) send_posted(rt);  // as ibv_post_send does
+    rc = rt->engine->commit_wqes(qp, b->n);
   }
+  const bool posted = rc == 0 && b->n > 0;
   b->n = 0;
   b->err = 0;
-  b->mu.unlock();
+  qp->sq_mu.unlock();
+  if (posted) send_posted(rt);  // as ibv_post_send does, without the queue's lock
   return rc;
 }
 void wr_abort(ibv_qp_ex* q) {
   Builder* b = builder_of(q);
-  b->n = 0;
+  b->n = 0;  // the staged slots stay unpublished
   b->err = 0;
-  b->mu.unlock();
+  qp_of(q)->sq_mu.unlock();
 }
 
 constexpr uint64_t kSendOps = wr_qp_ex_flags();
@@ -348,7 +371,6 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
       return nullptr;
     }
     b->send_ops = attr->send_ops_flags;
-    b->entries.reserve(a.cap.max_send_wr < 64 ? a.cap.max_send_wr : 64);
     Qp* q = to_qp(qp);
     q->ext = b;
     ibv_qp_ex& x = q->ex;

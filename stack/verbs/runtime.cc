@@ -769,6 +769,11 @@ void Runtime::watch_link(uint64_t now, bool initial) {
 
 size_t Runtime::pass_locked() {
   const uint64_t now = now_ns();
+  // The link watch (an ioctl) and the counters for `uroce stats` run every 100 ms, in
+  // whichever thread's pass comes then: in any other pass each is one comparison. They are
+  // not left to the progress thread alone: while an application thread busy-polls, it holds
+  // the engine nearly all the time, and the progress thread's try-lock would seldom win (a
+  // link going down, or a stuck QP in `uroce stats`, would go unseen).
   watch_link(now);
   size_t work = engine->poll(now);
   if (cm) work += cm->poll();
