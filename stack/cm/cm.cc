@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "wire/bth.h"
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 
 namespace uroce::cm {
 

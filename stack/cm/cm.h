@@ -7,7 +7,7 @@
 // It knows nothing of librdmacm's structures: an id is addressed by the handle its owner
 // gave it, addresses are GIDs (IPv4 as IPv4-mapped) plus a port, and everything the owner
 // must hear about comes out as an Event through the sink, in order. The owner (the verbs
-// provider, stack/verbs/cm.cc) turns them into rdma_cm events. Single-threaded, like the
+// provider, stack/verbs/ucma.cc) turns them into rdma_cm events. Single-threaded, like the
 // engine: every call runs with the engine held. Time comes from the engine's clock.
 //
 // Not built here (yet): LAP/APR (path migration), multicast, the ClassPortInfo redirect.
@@ -26,7 +26,7 @@
 
 #include "engine/engine.h"
 #include "wire/addr.h"
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 
 namespace uroce::cm {
 

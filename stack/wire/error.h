@@ -3,7 +3,7 @@
 // Parsing never throws and never crashes: it returns one of these. The first group
 // (kNotIp .. kNotRoce) means "valid, just not RoCEv2" and tools show such frames briefly;
 // everything from kTruncated on is a malformed packet that the engine drops and counts.
-// kBadMad and kUnknownCmAttribute are about the MAD inside a QP1 datagram (wire/cm.h), not
+// kBadMad and kUnknownCmAttribute are about the MAD inside a QP1 datagram (wire/cm_mad.h), not
 // about the frame.
 #pragma once
 

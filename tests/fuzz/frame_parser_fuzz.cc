@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 #include "wire/packet.h"
 
 using namespace uroce::wire;

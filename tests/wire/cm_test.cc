@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 #include "wire_test_util.h"
 
 namespace uroce::wire {

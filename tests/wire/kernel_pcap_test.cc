@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pcap/pcap_file.h"
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 #include "wire/packet.h"
 
 namespace uroce::wire {

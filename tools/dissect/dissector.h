@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 #include "wire/packet.h"
 
 namespace uroce::dissect {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "wire/addr.h"
-#include "wire/cm.h"
+#include "wire/cm_mad.h"
 #include "wire/packet.h"
 #include "wire/psn.h"
 

@@ -1,5 +1,5 @@
-// Names for the CM MAD codecs (wire/cm.h).
-#include "wire/cm.h"
+// Names for the CM MAD codecs (wire/cm_mad.h).
+#include "wire/cm_mad.h"
 
 namespace uroce::wire {
 
