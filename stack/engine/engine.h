@@ -224,8 +224,7 @@ class Engine {
   }
 
   // ---- Data path (thread-safe: see the top of this file) ------------------------------------
-  /// all_or_none: check the whole chain (and the room in the SQ) before posting any of it, as
-  /// ibv_wr_complete must; otherwise the WRs ahead of a failing one stay posted (ibv_post_send).
+  /// ibv_post_send(3): the WRs ahead of a failing one stay posted, and *bad names it.
   int post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad);
   /// The ibv_wr_* builder (stack/verbs/ext.cc) writes WQEs in place: with qp->sq_mu held
   /// from ibv_wr_start on, stage_wqe(qp, k) is the k-th free slot of the send queue, cleared
