@@ -251,7 +251,8 @@ const std::vector<Device*>& devices();
 Runtime* acquire_runtime(Device* d);
 void release_runtime(Runtime* rt);
 
-/// Fills the context's op table and extended ops (abi.cc, objects.cc).
+/// Fills the context's op table and extended ops (abi.cc, objects.cc); the data path's ops
+/// (datapath.cc).
 void install_ops(Context* ctx);
 void install_data_ops(ibv_context_ops* ops);
 /// Device memory and ibv_advise_mr (objects.cc).
@@ -264,7 +265,7 @@ void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);
 /// ibv_alloc_parent_domain (objects.cc), and whether a PD handle is one.
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
-/// The application is using the device (a poll or a post, objects.cc): how long since its
+/// The application is using the device (a poll or a post, datapath.cc): how long since its
 /// last completions (app_back), and that it is active (app_posted, for posts).
 void app_back(Runtime* rt, uint64_t now);
 void app_posted(Runtime* rt);
