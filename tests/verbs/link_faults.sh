@@ -126,10 +126,17 @@ must_fail_in() {
 # 1. Down for 2 s mid-transfer, a retry budget of 8.6 s: nothing is lost.
 start_pair 5000 -s 20000 -m 1024 -t 18
 wait_round 100
-# uroce stats shows the running QP: its type, state and transport fields.
-"$uroce" stats >"$dir/stats.log" 2>&1
-grep -qE '^  qp 0x[0-9a-f]{6} RC RTS: send [0-9]+ posted, next PSN 0x[0-9a-f]{6}, .*ePSN 0x[0-9a-f]{6}, MSN [0-9]+' \
-  "$dir/stats.log" || { echo "FAIL: uroce stats shows no RC QP in RTS"; cat "$dir/stats.log"; exit 1; }
+# uroce stats shows the running QP: its type, state and transport fields. The counters file
+# is refreshed every 100 ms, and 100 rounds can take less: a look may find the QP as it was
+# at connection time, so look again until the next refresh shows it in RTS (5 s at most).
+qp_line='^  qp 0x[0-9a-f]{6} RC RTS: send [0-9]+ posted, next PSN 0x[0-9a-f]{6}, .*ePSN 0x[0-9a-f]{6}, MSN [0-9]+'
+for _ in $(seq 50); do
+  "$uroce" stats >"$dir/stats.log" 2>&1
+  grep -qE "$qp_line" "$dir/stats.log" && break
+  sleep 0.1
+done
+grep -qE "$qp_line" "$dir/stats.log" \
+  || { echo "FAIL: uroce stats shows no RC QP in RTS"; cat "$dir/stats.log"; exit 1; }
 ip -n "$nsA" link set "${tag}va" down
 sleep 2
 ip -n "$nsA" link set "${tag}va" up
