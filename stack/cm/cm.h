@@ -10,7 +10,13 @@
 // provider, stack/verbs/ucma.cc) turns them into rdma_cm events. Single-threaded, like the
 // engine: every call runs with the engine held. Time comes from the engine's clock.
 //
-// Not built here (yet): LAP/APR (path migration), multicast, the ClassPortInfo redirect.
+// Two files, one class: stack/cm/rdma_cm.cc is rdma_cm's half (ids, addresses, routes,
+// listening, multicast joins, QP attributes, events, the poll loop), stack/cm/ib_cm.cc is
+// ib_cm's (the CM protocol: comm IDs, the messages, resends, time wait); stack/cm/cm_id.h is
+// the id's record they share.
+//
+// Not built here (yet): LAP/APR (path migration), the ClassPortInfo redirect. A multicast join
+// asks nobody: RoCE has no subnet manager.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -24,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cm/conn_param.h"
 #include "engine/engine.h"
 #include "wire/addr.h"
 #include "wire/cm_mad.h"
@@ -58,17 +65,6 @@ struct Endpoint {
   bool loopback() const;
 };
 
-/// rdma_conn_param / rdma_ud_param, as the CM carries them.
-struct ConnParam {
-  uint8_t responder_resources = 0;
-  uint8_t initiator_depth = 0;
-  uint8_t flow_control = 0;
-  uint8_t retry_count = 7;
-  uint8_t rnr_retry_count = 7;
-  uint8_t srq = 0;
-  uint32_t qp_num = 0;
-  uint32_t qkey = 0;  // UD
-};
 
 struct Event {
   uint64_t handle = 0;         // the id it is about
@@ -226,10 +222,16 @@ class ConnectionManager {
                  wire::CmMsgResponse msg, wire::CmRejReason reason);
   int reject_for(uint64_t handle, const uint8_t* pdata, uint8_t len, wire::CmRejReason reason);
   void enter_timewait(Id& id);
+  /// The id goes away: a request in progress is rejected (REJ), a connection disconnected
+  /// (DREQ, or the DREP a received DREQ waits for).
+  void tell_peer_gone(Id& id);
   /// The connection a message from m's sender names: ours by our comm ID `ours`, held with
   /// that peer, and with the peer's comm ID `theirs` once we know it. Counted as unmatched
   /// when there is none.
   Id* matched(const GsiMad& m, uint32_t ours, std::optional<uint32_t> theirs = std::nullopt);
+  /// The connection an answer (RTU, DREP) is for, if it waits for one in state `waiting`
+  /// (its resends then stop); another answer is a duplicate, counted.
+  Id* answering(const GsiMad& m, uint32_t ours, uint32_t theirs, State waiting);
   /// The listener has `backlog` requests nobody answered yet: counts the drop.
   bool backlog_full(const Id& listener);
   uint32_t new_comm_id();

@@ -221,6 +221,27 @@ void device_depths(ibv_context* verbs, uint8_t* init_depth, uint8_t* resp_res) {
   *resp_res = static_cast<uint8_t>(std::min<int>(*resp_res, a.max_qp_rd_atom));
 }
 
+/// rdma_conn_param's numbers in the connection manager's form (the private data travels
+/// beside them); the CM's defaults when there is none. The id's QP, if it has one, names
+/// itself: its number and whether it has an SRQ.
+uroce_cm_param cm_param(const rdma_cm_id* id, const rdma_conn_param* cp) {
+  uroce_cm_param c;
+  if (cp != nullptr) {
+    c.responder_resources = cp->responder_resources;
+    c.initiator_depth = cp->initiator_depth;
+    c.flow_control = cp->flow_control;
+    c.retry_count = cp->retry_count;
+    c.rnr_retry_count = cp->rnr_retry_count;
+    c.srq = cp->srq;
+    c.qp_num = cp->qp_num;
+  }
+  if (id->qp != nullptr) {
+    c.qp_num = id->qp->qp_num;
+    c.srq = id->qp->srq != nullptr;
+  }
+  return c;
+}
+
 /// The JOIN event of a group is being read: as librdmacm, the id's QP is attached to it now
 /// (unless the join was send-only), and the event carries the join's context. An attach that
 /// fails turns it into MULTICAST_ERROR.
@@ -450,29 +471,11 @@ void rdma_destroy_qp(rdma_cm_id* id) {
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return fail(EINVAL);
   IdPriv* p = priv(id);
-  uroce_cm_param c{};
-  c.retry_count = 7;
-  c.rnr_retry_count = 7;
-  const void* pdata = nullptr;
-  uint8_t len = 0;
-  if (conn_param != nullptr) {
-    c.responder_resources = conn_param->responder_resources;
-    c.initiator_depth = conn_param->initiator_depth;
-    c.flow_control = conn_param->flow_control;
-    c.retry_count = conn_param->retry_count;
-    c.rnr_retry_count = conn_param->rnr_retry_count;
-    c.srq = conn_param->srq;
-    c.qp_num = conn_param->qp_num;
-    pdata = conn_param->private_data;
-    len = conn_param->private_data_len;
-  } else {
-    c.responder_resources = c.initiator_depth = 0xFF;
-  }
+  uroce_cm_param c = cm_param(id, conn_param);
+  if (conn_param == nullptr) c.responder_resources = c.initiator_depth = 0xFF;
   device_depths(id->verbs, &c.initiator_depth, &c.responder_resources);
-  if (id->qp != nullptr) {
-    c.qp_num = id->qp->qp_num;
-    c.srq = id->qp->srq != nullptr;
-  }
+  const void* pdata = conn_param != nullptr ? conn_param->private_data : nullptr;
+  const uint8_t len = conn_param != nullptr ? conn_param->private_data_len : 0;
   p->initiator_depth = c.initiator_depth;
   p->responder_resources = c.responder_resources;
   if (int r = uroce_cm_connect(p->handle, &c, pdata, len); r != 0) return fail(r);
@@ -492,30 +495,19 @@ int rdma_establish(rdma_cm_id* id) {
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return fail(EINVAL);
   IdPriv* p = priv(id);
-  uroce_cm_param c{};
-  const void* pdata = nullptr;
-  uint8_t len = 0;
+  uroce_cm_param c = cm_param(id, conn_param);
+  // The depths: what the request offered, capped by the device, unless the caller names
+  // its own (RDMA_MAX_* asks for the request's).
   uint8_t init_depth = p->initiator_depth, resp_res = p->responder_resources;
   device_depths(id->verbs, &init_depth, &resp_res);
-  if (conn_param != nullptr) {
-    if (conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH) init_depth = conn_param->initiator_depth;
-    if (conn_param->responder_resources != RDMA_MAX_RESP_RES)
-      resp_res = conn_param->responder_resources;
-    c.flow_control = conn_param->flow_control;
-    c.rnr_retry_count = conn_param->rnr_retry_count;
-    c.srq = conn_param->srq;
-    c.qp_num = conn_param->qp_num;
-    pdata = conn_param->private_data;
-    len = conn_param->private_data_len;
-  } else {
-    c.rnr_retry_count = 7;
-  }
+  if (conn_param != nullptr && conn_param->initiator_depth != RDMA_MAX_INIT_DEPTH)
+    init_depth = conn_param->initiator_depth;
+  if (conn_param != nullptr && conn_param->responder_resources != RDMA_MAX_RESP_RES)
+    resp_res = conn_param->responder_resources;
   c.initiator_depth = init_depth;
   c.responder_resources = resp_res;
-  if (id->qp != nullptr) {
-    c.qp_num = id->qp->qp_num;
-    c.srq = id->qp->srq != nullptr;
-  }
+  const void* pdata = conn_param != nullptr ? conn_param->private_data : nullptr;
+  const uint8_t len = conn_param != nullptr ? conn_param->private_data_len : 0;
   if (id->qp_type == IBV_QPT_UD) {
     c.qkey = RDMA_UDP_QKEY;
   } else if (modify_rtr(id, resp_res) != 0 || modify_rts(id, init_depth) != 0) {

@@ -174,9 +174,7 @@ void deliver(Runtime* rt, const cm::Event& e) {
   out.listen_handle = e.listen_handle;
   out.event = e.type;
   out.status = e.status;
-  out.param = {e.param.responder_resources, e.param.initiator_depth, e.param.flow_control,
-               e.param.retry_count, e.param.rnr_retry_count, e.param.srq, e.param.qp_num,
-               e.param.qkey};
+  out.param = e.param;
   out.ah_attr = e.ah;
   to_sockaddr(e.src, &out.src);
   to_sockaddr(e.dst, &out.dst, &e.src);
@@ -548,31 +546,15 @@ int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
   return listen_on(h, devs, n, backlog);
 }
 
-namespace {
-cm::ConnParam from_abi(const uroce_cm_param* p) {
-  cm::ConnParam c;
-  if (p == nullptr) return c;
-  c.responder_resources = p->responder_resources;
-  c.initiator_depth = p->initiator_depth;
-  c.flow_control = p->flow_control;
-  c.retry_count = p->retry_count;
-  c.rnr_retry_count = p->rnr_retry_count;
-  c.srq = p->srq;
-  c.qp_num = p->qp_num;
-  c.qkey = p->qkey;
-  return c;
-}
-}  // namespace
-
 int uroce_cm_connect(uint64_t h, const uroce_cm_param* p, const void* pdata, uint8_t len) {
-  const cm::ConnParam c = from_abi(p);
+  const cm::ConnParam c = p != nullptr ? *p : cm::ConnParam{};
   return on_device(h, [&](cm::ConnectionManager* m) {
     return m->connect(h, c, static_cast<const uint8_t*>(pdata), len);
   });
 }
 
 int uroce_cm_accept(uint64_t h, const uroce_cm_param* p, const void* pdata, uint8_t len) {
-  const cm::ConnParam c = from_abi(p);
+  const cm::ConnParam c = p != nullptr ? *p : cm::ConnParam{};
   return on_device(h, [&](cm::ConnectionManager* m) {
     return m->accept(h, c, static_cast<const uint8_t*>(pdata), len);
   });

@@ -1,7 +1,8 @@
 /* The private interface between uroce's librdmacm.so.1 and its libibverbs.so.1, which runs the
  * connection manager next to the engine (what the kernel's rdma_ucm is to rdma-core's
  * librdmacm). Both libraries are built from one tree: no compatibility across versions.
- * Every function returns 0 or a positive errno unless it says otherwise. */
+ * Every function returns 0 or a positive errno unless it says otherwise. C names, compiled as
+ * C++ on both sides: struct uroce_cm_param is the connection manager's own (cm/conn_param.h). */
 #ifndef UROCE_CM_ABI_H
 #define UROCE_CM_ABI_H
 
@@ -9,15 +10,11 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "cm/conn_param.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct uroce_cm_param {
-  uint8_t responder_resources, initiator_depth, flow_control, retry_count, rnr_retry_count, srq;
-  uint32_t qp_num;
-  uint32_t qkey;
-};
 
 struct uroce_cm_event {
   uint64_t handle;        /* the id the event is about (a new one for CONNECT_REQUEST) */

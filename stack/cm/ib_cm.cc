@@ -1,113 +1,26 @@
-#include "cm/cm.h"
-
+// The connection manager's ib_cm half: the CM protocol of IBA chapter 12 in MADs on QP1 —
+// REQ, REP, RTU, REJ, MRA, DREQ, DREP for RC and UC, SIDR_REQ / SIDR_REP for UD — with
+// rdma_cm's IP service IDs and private-data header: comm IDs and TIDs, the kept message and
+// its resends, time wait, and every message received. The ids themselves, their addresses
+// and the driving loop are stack/cm/rdma_cm.cc.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "cm/cm.h"
+#include "cm/cm_id.h"
 #include "wire/bth.h"
 #include "wire/cm_mad.h"
 
 namespace uroce::cm {
 
+using wire::CmMsgResponse;
+using wire::CmRejReason;
 using wire::Gid;
 
 namespace {
 constexpr uint8_t kTransportRc = wire::kCmTransportRc, kTransportUc = wire::kCmTransportUc;
-constexpr uint32_t kRdmaUdpQkey = 0x01234567;
-constexpr uint8_t kDefaultAckTimeout = 14;  // ~67 ms: the QP's local ACK timeout
-using wire::CmMsgResponse;
-using wire::CmRejReason;
-
 }  // namespace
-
-bool Endpoint::wildcard() const {
-  static const Gid zero{};
-  return ip == zero || ip == wire::ipv4_mapped_gid({0, 0, 0, 0});
-}
-
-bool Endpoint::loopback() const {
-  static const Gid v6_loopback = [] {
-    Gid g{};
-    g[15] = 1;
-    return g;
-  }();
-  return ip == v6_loopback || (wire::is_ipv4_mapped(ip) && ip[12] == 127);
-}
-
-const char* state_name(State s) {
-  switch (s) {
-    case State::kIdle: return "idle";
-    case State::kAddrQuery: return "resolving address";
-    case State::kAddrResolved: return "address resolved";
-    case State::kRouteResolved: return "route resolved";
-    case State::kListen: return "listening";
-    case State::kReqSent: return "REQ sent";
-    case State::kRepReceived: return "REP received";
-    case State::kReqReceived: return "REQ received";
-    case State::kRepSent: return "REP sent";
-    case State::kEstablished: return "established";
-    case State::kDreqSent: return "DREQ sent";
-    case State::kDreqReceived: return "DREQ received";
-    case State::kTimewait: return "time wait";
-    case State::kSidrSent: return "SIDR_REQ sent";
-    case State::kClosed: return "closed";
-  }
-  return "?";
-}
-
-struct ConnectionManager::Id {
-  uint64_t handle = 0;
-  uint16_t ps = 0;
-  ibv_qp_type type = IBV_QPT_RC;
-  State state = State::kIdle;
-  Endpoint src, dst;
-  bool bound = false;
-  int backlog = 0;
-  // Resolution and the path.
-  Path path;
-  bool have_path = false;
-  uint64_t deadline = UINT64_MAX;  // a timer (resend, resolution, time wait)
-  // The connection.
-  uint32_t local_comm_id = 0;
-  uint32_t remote_comm_id = 0;
-  uint64_t tid = 0;            // of the exchange in progress
-  uint32_t remote_qpn = 0;
-  uint32_t remote_qkey = 0;
-  // A REQ's or REP's starting PSN is the PSN its sender's QP expects to receive first (the
-  // kernel's ib_cm: the active side sends from the REP's PSN, the passive from the REQ's).
-  uint32_t local_psn = 0;      // ours: our QP's first receive PSN, the peer's first send PSN
-  uint32_t remote_psn = 0;     // the peer's: its first receive PSN, our first send PSN
-  ibv_mtu mtu = IBV_MTU_1024;
-  ConnParam param;             // ours (after negotiation)
-  uint8_t remote_response_timeout = 20;
-  uint8_t ack_timeout = kDefaultAckTimeout;
-  uint8_t tos = 0;
-  uint8_t retries_left = 0;
-  uint8_t resend_timeout = 18;
-  uint64_t listen_handle = 0;  // passive: the listener it came from
-  std::array<uint8_t, wire::kCmDataLen> last{};  // the message to resend
-  uint16_t last_attr = 0;
-  uint64_t last_tid = 0;
-  bool has_last = false;
-};
-
-ConnectionManager::ConnectionManager(Engine& engine, Sink sink, NewHandle new_handle,
-                                     uint64_t seed, const Timing& timing)
-    : engine_(engine),
-      sink_(std::move(sink)),
-      new_handle_(std::move(new_handle)),
-      timing_(timing),
-      rng_(seed) {
-  tid_hi_ = static_cast<uint32_t>(rng_());
-  engine_.set_gsi_open(true);
-}
-
-ConnectionManager::~ConnectionManager() { engine_.set_gsi_open(false); }
-
-ConnectionManager::Id* ConnectionManager::find(uint64_t handle) const {
-  auto it = ids_.find(handle);
-  return it == ids_.end() ? nullptr : it->second.get();
-}
 
 ConnectionManager::Id* ConnectionManager::by_local_comm_id(uint32_t c) const {
   auto it = by_comm_id_.find(c);
@@ -122,18 +35,6 @@ ConnectionManager::Id* ConnectionManager::by_remote(uint32_t remote, const Gid& 
   return nullptr;
 }
 
-ConnectionManager::Id* ConnectionManager::listener_for(uint16_t ps, uint16_t port,
-                                                       const Gid& dst) const {
-  Id* wild = nullptr;
-  for (const auto& [h, id] : ids_) {
-    if (id->state != State::kListen || id->ps != ps || id->src.port != port) continue;
-    if (id->src.ip == dst) return id.get();
-    // A wildcard listener takes either family, as the kernel's (AF_INET6 without AFONLY).
-    if (id->src.wildcard()) wild = id.get();
-  }
-  return wild;
-}
-
 uint32_t ConnectionManager::new_comm_id() {
   for (;;) {
     const auto c = static_cast<uint32_t>(rng_());
@@ -143,203 +44,6 @@ uint32_t ConnectionManager::new_comm_id() {
 
 uint64_t ConnectionManager::new_tid() {
   return static_cast<uint64_t>(tid_hi_) << 32 | ++tid_lo_;
-}
-
-void ConnectionManager::emit(const Id& id, int type, int status, const uint8_t* pdata,
-                             uint8_t len, uint64_t listen_handle) {
-  Event e;
-  e.handle = id.handle;
-  e.listen_handle = listen_handle;
-  e.type = type;
-  e.status = status;
-  e.param = id.param;
-  e.param.qp_num = id.remote_qpn;
-  e.param.qkey = id.remote_qkey;
-  e.src = id.src;
-  e.dst = id.dst;
-  if (id.type == IBV_QPT_UD && id.have_path) {
-    e.ah.is_global = 1;
-    e.ah.port_num = 1;
-    std::memcpy(e.ah.grh.dgid.raw, id.dst.ip.data(), 16);
-    e.ah.grh.sgid_index = id.path.sgid_index;
-    e.ah.grh.hop_limit = 64;
-    e.ah.grh.traffic_class = id.tos;
-  }
-  len = std::min<uint8_t>(len, static_cast<uint8_t>(e.pdata.size()));
-  if (pdata != nullptr && len > 0) std::memcpy(e.pdata.data(), pdata, len);
-  e.pdata_len = pdata != nullptr ? len : 0;
-  sink_(e);
-}
-
-void ConnectionManager::set_state(Id& id, State s) { id.state = s; }
-
-void ConnectionManager::arm(Id& id, uint64_t at) {
-  id.deadline = at;
-  next_deadline_ = std::min(next_deadline_, at);
-}
-
-void ConnectionManager::recompute_deadline() {
-  next_deadline_ = UINT64_MAX;
-  for (const auto& [h, id] : ids_) next_deadline_ = std::min(next_deadline_, id->deadline);
-}
-
-// ---- Verbs ------------------------------------------------------------------------------------
-
-int ConnectionManager::create(uint64_t handle, uint16_t ps, ibv_qp_type type) {
-  if (find(handle) != nullptr) return EEXIST;
-  auto id = std::make_unique<Id>();
-  id->handle = handle;
-  id->ps = ps;
-  id->type = type;
-  id->resend_timeout = timing_.cm_response_timeout;
-  ids_.emplace(handle, std::move(id));
-  return 0;
-}
-
-void ConnectionManager::destroy(uint64_t handle) {
-  Id* id = find(handle);
-  if (id == nullptr) return;
-  switch (id->state) {
-    case State::kReqReceived:
-      // A request the application never answered: the peer hears a consumer reject.
-      reject_for(handle, nullptr, 0, CmRejReason::kConsumerReject);
-      break;
-    case State::kReqSent:
-    case State::kRepReceived:
-    case State::kRepSent: {
-      std::array<uint8_t, wire::kCmDataLen> d{};
-      wire::CmRej rej;
-      rej.local_comm_id = id->local_comm_id;
-      rej.remote_comm_id = id->remote_comm_id;
-      rej.msg_rejected = id->state == State::kRepSent ? CmMsgResponse::kOther : CmMsgResponse::kRep;
-      if (id->state == State::kReqSent) rej.msg_rejected = CmMsgResponse::kOther;
-      rej.reason = CmRejReason::kTimeout;
-      rej.emit(d);
-      if (path_for(*id)) send(*id, wire::cm_attr::kRej, d.data(), id->tid);
-      ++stats_.rejects_sent;
-      break;
-    }
-    case State::kEstablished:
-      disconnect(handle);
-      break;
-    case State::kDreqReceived:
-      disconnect(handle);  // the DREP
-      break;
-    default:
-      break;
-  }
-  by_comm_id_.erase(id->local_comm_id);
-  ids_.erase(handle);
-  recompute_deadline();
-}
-
-size_t ConnectionManager::shutdown() {
-  std::vector<uint64_t> handles;
-  size_t told = 0;
-  for (const auto& [h, id] : ids_) {
-    handles.push_back(h);
-    switch (id->state) {
-      case State::kReqReceived: case State::kReqSent: case State::kRepReceived:
-      case State::kRepSent: case State::kEstablished: case State::kDreqReceived:
-        ++told;
-        break;
-      default:
-        break;
-    }
-  }
-  for (uint64_t h : handles) destroy(h);
-  return told;
-}
-
-int ConnectionManager::bind(uint64_t handle, const Endpoint& src) {
-  Id* id = find(handle);
-  if (id == nullptr) return EINVAL;
-  if (id->state != State::kIdle) return EINVAL;
-  if (!src.wildcard() && !src.loopback() && engine_.gid_index(src.ip) < 0) return EADDRNOTAVAIL;
-  id->src = src;
-  id->bound = true;
-  return 0;
-}
-
-int ConnectionManager::resolve_addr(uint64_t handle, const Endpoint& src, const Endpoint& dst,
-                                    int timeout_ms) {
-  Id* id = find(handle);
-  if (id == nullptr) return EINVAL;
-  if (id->state != State::kIdle && id->state != State::kAddrResolved) return EINVAL;
-  if (dst.wildcard()) return EADDRNOTAVAIL;
-  if (src.wildcard() || engine_.gid_index(src.ip) < 0) return EADDRNOTAVAIL;
-  id->src = src;
-  id->dst = dst;
-  id->bound = true;
-  id->have_path = false;
-  wire::MacAddr mac;
-  engine_.resolve(dst.ip, &mac);
-  set_state(*id, State::kAddrQuery);
-  arm(*id, engine_.now() + static_cast<uint64_t>(std::max(timeout_ms, 1)) * 1'000'000);
-  next_deadline_ = engine_.now();  // look at the neighbour at the next poll
-  return 0;
-}
-
-int ConnectionManager::resolve_route(uint64_t handle) {
-  Id* id = find(handle);
-  if (id == nullptr) return EINVAL;
-  if (id->state != State::kAddrResolved) return EINVAL;
-  // RoCE has no path record to ask for: the route is the neighbour the address resolved to.
-  if (!path_for(*id)) {
-    emit(*id, kRouteError, -EHOSTUNREACH);
-    return 0;
-  }
-  set_state(*id, State::kRouteResolved);
-  emit(*id, kRouteResolved, 0);
-  return 0;
-}
-
-int ConnectionManager::join_multicast(uint64_t handle, const wire::Gid& group) {
-  Id* id = find(handle);
-  if (id == nullptr || id->type != IBV_QPT_UD || !wire::is_multicast_gid(group)) return EINVAL;
-  if (id->state != State::kIdle && id->state != State::kAddrResolved &&
-      id->state != State::kRouteResolved)
-    return EINVAL;
-  const int sgid = engine_.gid_index(id->src.ip);
-  if (!id->bound || sgid < 0) return EINVAL;  // no local address on this device
-  if (id->src.ipv6() != !wire::is_ipv4_mapped(group)) return EAFNOSUPPORT;
-  Event e;
-  e.handle = id->handle;
-  e.type = kMulticastJoin;
-  e.param.qp_num = wire::kMulticastQpn;
-  e.param.qkey = kRdmaUdpQkey;
-  e.src = id->src;
-  e.dst = Endpoint{group, 0};
-  e.ah.is_global = 1;
-  e.ah.port_num = 1;
-  std::memcpy(e.ah.grh.dgid.raw, group.data(), 16);
-  e.ah.grh.sgid_index = static_cast<uint8_t>(sgid);
-  e.ah.grh.hop_limit = 64;
-  sink_(e);
-  return 0;
-}
-
-bool ConnectionManager::path_for(Id& id) {
-  Path p;
-  if (!engine_.path_between(id.src.ip, id.dst.ip, &p)) return false;
-  p.traffic_class = id.tos;
-  id.path = p;
-  id.have_path = true;
-  return true;
-}
-
-int ConnectionManager::listen(uint64_t handle, int backlog) {
-  Id* id = find(handle);
-  if (id == nullptr) return EINVAL;
-  const int room = backlog > 0 ? backlog : 1024;  // 0 or less: the default, as rdma_cm's
-  if (id->state == State::kListen) {
-    id->backlog = room;
-    return 0;
-  }
-  if (id->state != State::kIdle || !id->bound) return EINVAL;
-  id->backlog = room;
-  set_state(*id, State::kListen);
-  return 0;
 }
 
 int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_t* pdata,
@@ -563,6 +267,35 @@ int ConnectionManager::disconnect(uint64_t handle) {
   }
 }
 
+void ConnectionManager::tell_peer_gone(Id& id) {
+  switch (id.state) {
+    case State::kReqReceived:
+      // A request the application never answered: the peer hears a consumer reject.
+      reject_for(id.handle, nullptr, 0, CmRejReason::kConsumerReject);
+      break;
+    case State::kReqSent:
+    case State::kRepReceived:
+    case State::kRepSent: {
+      std::array<uint8_t, wire::kCmDataLen> d{};
+      wire::CmRej rej;
+      rej.local_comm_id = id.local_comm_id;
+      rej.remote_comm_id = id.remote_comm_id;
+      rej.msg_rejected = id.state == State::kRepReceived ? CmMsgResponse::kRep : CmMsgResponse::kOther;
+      rej.reason = CmRejReason::kTimeout;
+      rej.emit(d);
+      if (path_for(id)) send(id, wire::cm_attr::kRej, d.data(), id.tid);
+      ++stats_.rejects_sent;
+      break;
+    }
+    case State::kEstablished:
+    case State::kDreqReceived:
+      disconnect(id.handle);  // DREQ, or the DREP the peer's DREQ waits for
+      break;
+    default:
+      break;
+  }
+}
+
 void ConnectionManager::send_kept(Id& id, uint16_t attr,
                                   const std::array<uint8_t, wire::kCmDataLen>& d) {
   id.last = d;
@@ -582,94 +315,6 @@ void ConnectionManager::enter_timewait(Id& id) {
   set_state(id, State::kTimewait);
   arm(id, engine_.now() + timing_.timewait_ns);
 }
-
-int ConnectionManager::init_qp_attr(uint64_t handle, ibv_qp_attr* attr, int* mask) const {
-  Id* id = find(handle);
-  if (id == nullptr) return EINVAL;
-  const ibv_qp_state want = attr->qp_state;
-  *attr = {};
-  attr->qp_state = want;
-  switch (want) {
-    case IBV_QPS_INIT:
-      attr->pkey_index = 0;
-      attr->port_num = 1;
-      if (id->type == IBV_QPT_UD) {
-        attr->qkey = kRdmaUdpQkey;
-        *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
-      } else {
-        attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-        if (id->param.responder_resources > 0)
-          attr->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-        *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-      }
-      return 0;
-    case IBV_QPS_RTR:
-      if (id->type == IBV_QPT_UD) {
-        *mask = IBV_QP_STATE;
-        return 0;
-      }
-      if (!id->have_path || id->remote_qpn == 0) return EINVAL;
-      attr->ah_attr.is_global = 1;
-      attr->ah_attr.port_num = 1;
-      std::memcpy(attr->ah_attr.grh.dgid.raw, id->dst.ip.data(), 16);
-      attr->ah_attr.grh.sgid_index = id->path.sgid_index;
-      attr->ah_attr.grh.hop_limit = 64;
-      attr->ah_attr.grh.traffic_class = id->tos;
-      attr->path_mtu = id->mtu;
-      attr->dest_qp_num = id->remote_qpn;
-      attr->rq_psn = id->local_psn;
-      *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (id->type == IBV_QPT_RC) {
-        attr->max_dest_rd_atomic = id->param.responder_resources;
-        attr->min_rnr_timer = 12;  // 0.64 ms
-        *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-      }
-      return 0;
-    case IBV_QPS_RTS:
-      attr->sq_psn = id->type == IBV_QPT_UD ? 0 : id->remote_psn;
-      *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-      if (id->type == IBV_QPT_RC) {
-        attr->timeout = id->ack_timeout;
-        attr->retry_cnt = id->param.retry_count;
-        attr->rnr_retry = id->param.rnr_retry_count;
-        attr->max_rd_atomic = id->param.initiator_depth;
-        *mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-      }
-      return 0;
-    default:
-      *mask = IBV_QP_STATE;
-      return 0;
-  }
-}
-
-void ConnectionManager::set_tos(uint64_t handle, uint8_t tos) {
-  if (Id* id = find(handle)) id->tos = tos;
-}
-
-void ConnectionManager::set_ack_timeout(uint64_t handle, uint8_t t) {
-  if (Id* id = find(handle)) id->ack_timeout = std::min<uint8_t>(t, 31);
-}
-
-State ConnectionManager::state(uint64_t handle) const {
-  Id* id = find(handle);
-  return id == nullptr ? State::kClosed : id->state;
-}
-
-int ConnectionManager::sgid_index(uint64_t handle) const {
-  Id* id = find(handle);
-  if (id == nullptr) return -1;
-  return engine_.gid_index(id->src.ip);
-}
-
-bool ConnectionManager::addresses(uint64_t handle, Endpoint* src, Endpoint* dst) const {
-  Id* id = find(handle);
-  if (id == nullptr) return false;
-  *src = id->src;
-  *dst = id->dst;
-  return true;
-}
-
-// ---- Sending ------------------------------------------------------------------------------------
 
 bool ConnectionManager::send(Id& id, uint16_t attr, const uint8_t* cm_data, uint64_t tid) {
   if (!id.have_path && !path_for(id)) return false;
@@ -702,56 +347,6 @@ void ConnectionManager::reply_rej(const GsiMad& m, uint64_t tid, uint32_t remote
   r.emit(d);
   send_to(p, wire::cm_attr::kRej, d.data(), tid);
   ++stats_.rejects_sent;
-}
-
-// ---- Receiving ----------------------------------------------------------------------------------
-
-size_t ConnectionManager::poll() {
-  size_t work = 0;
-  GsiMad m;
-  while (engine_.pop_mad(&m)) {
-    on_mad(m);
-    ++work;
-  }
-  const uint64_t now = engine_.now();
-  if (now < next_deadline_) return work;
-  // Timers and resolutions.
-  std::vector<uint64_t> due;
-  for (const auto& [h, id] : ids_) {
-    if (id->state == State::kAddrQuery) {
-      wire::MacAddr mac;
-      const NeighborState ns = engine_.neighbor_state(id->dst.ip, &mac);
-      const bool self = engine_.gid_index(id->dst.ip) >= 0;
-      if (ns == NeighborState::kReachable || self) {
-        id->deadline = UINT64_MAX;
-        set_state(*id, State::kAddrResolved);
-        path_for(*id);
-        emit(*id, kAddrResolved, 0);
-        ++work;
-        continue;
-      }
-      if (ns == NeighborState::kFailed && id->deadline != UINT64_MAX) {
-        id->deadline = UINT64_MAX;
-        set_state(*id, State::kIdle);
-        emit(*id, kAddrError, -EHOSTUNREACH);
-        ++work;
-        continue;
-      }
-    }
-    if (id->deadline <= now) due.push_back(h);
-  }
-  for (uint64_t h : due) {
-    if (Id* id = find(h)) {
-      id->deadline = UINT64_MAX;
-      on_timeout(*id);
-      ++work;
-    }
-  }
-  recompute_deadline();
-  // Resolutions under way are looked at again soon (the engine's ARP retries drive them).
-  for (const auto& [h, id] : ids_)
-    if (id->state == State::kAddrQuery) next_deadline_ = std::min(next_deadline_, now + 1'000'000);
-  return work;
 }
 
 void ConnectionManager::on_timeout(Id& id) {
@@ -907,6 +502,18 @@ ConnectionManager::Id* ConnectionManager::matched(const GsiMad& m, uint32_t ours
   return id;
 }
 
+ConnectionManager::Id* ConnectionManager::answering(const GsiMad& m, uint32_t ours,
+                                                    uint32_t theirs, State waiting) {
+  Id* id = matched(m, ours, theirs);
+  if (id == nullptr) return nullptr;
+  if (id->state != waiting) {
+    ++stats_.drop_duplicate;  // answered already
+    return nullptr;
+  }
+  id->deadline = UINT64_MAX;  // no more resends
+  return id;
+}
+
 bool ConnectionManager::backlog_full(const Id& listener) {
   // A full backlog drops the request without an answer, so that the peer's resend may find
   // room (the kernel's ib_cm does the same when rdma_cm cannot queue the event).
@@ -952,13 +559,8 @@ void ConnectionManager::on_rep(const GsiMad& m, uint64_t tid, const uint8_t* d) 
 void ConnectionManager::on_rtu(const GsiMad& m, const uint8_t* d) {
   wire::CmRtu r;
   if (!parse_cm(d, &r)) return;
-  Id* id = matched(m, r.remote_comm_id, r.local_comm_id);
+  Id* id = answering(m, r.remote_comm_id, r.local_comm_id, State::kRepSent);
   if (id == nullptr) return;
-  if (id->state != State::kRepSent) {
-    ++stats_.drop_duplicate;
-    return;
-  }
-  id->deadline = UINT64_MAX;
   set_state(*id, State::kEstablished);
   emit(*id, kEstablished, 0, r.private_data.data(),
        static_cast<uint8_t>(r.private_data.size()));
@@ -1051,13 +653,8 @@ void ConnectionManager::on_dreq(const GsiMad& m, uint64_t tid, const uint8_t* d)
 void ConnectionManager::on_drep(const GsiMad& m, const uint8_t* d) {
   wire::CmDrep r;
   if (!parse_cm(d, &r)) return;
-  Id* id = matched(m, r.remote_comm_id, r.local_comm_id);
+  Id* id = answering(m, r.remote_comm_id, r.local_comm_id, State::kDreqSent);
   if (id == nullptr) return;
-  if (id->state != State::kDreqSent) {
-    ++stats_.drop_duplicate;
-    return;
-  }
-  id->deadline = UINT64_MAX;
   enter_timewait(*id);
   emit(*id, kDisconnected, 0);
 }
