@@ -28,6 +28,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/stats_shm.h"
+#include "verbs/progress.h"
 
 namespace uroce::verbs {
 
@@ -71,36 +72,9 @@ struct Runtime {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<cm::ConnectionManager> cm;  // made by librdmacm's first use (under emu)
   std::mutex emu;
-  std::atomic<bool> pending{false};  // new work was posted: the next engine pass must run
-  std::thread progress;
+  std::thread progress_thread;  // progress_loop (progress.cc)
+  ProgressState progress;       // the progress policy's state (progress.h)
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> last_app_poll{0};  // when an application thread last posted or polled
-  // Doorbell batching (docs/threading.md): a post that comes less than kBatchGapNs after the
-  // previous one returned is left for whoever drives the engine next (the application's
-  // next poll, non-batched post or control verb, else the progress thread), so that a
-  // posting loop's packets leave together, as sendmmsg batches and GSO super-frames.
-  bool batch = true;                       // DeviceConfig::batch
-  std::atomic<uint64_t> last_post_end{0};  // when the last post to this device returned
-  std::atomic<uint32_t> batched{0};        // posts left to the next pass (reset by each pass)
-  std::atomic<uint64_t> nap_until{0};      // when the progress thread's current nap ends
-  std::atomic<uint64_t> first_batched{0};  // when the oldest post still batched was made
-  std::atomic<uint64_t> last_cq_poll{0};   // when an application thread last polled a CQ
-  std::atomic<uint64_t> last_rescue{0};    // when the progress thread last sent batched posts
-                                           // that had waited over kAppAwayNs
-  // How soon the application polls or posts again after a poll that returned completions (a
-  // moving average, ns), and when that last happened (0: measured already). An application
-  // that stays away (it spins on memory, or sleeps) hands the receiving over to the progress
-  // thread at once: the poll sets `handoff` and kicks it out of its nap (`napping`).
-  std::atomic<uint64_t> app_gap_ns{0};
-  std::atomic<uint64_t> last_completion{0};
-  std::atomic<bool> napping{false};
-  std::atomic<bool> handoff{false};
-  // Waking on traffic (docs/threading.md): with nothing to do, the progress thread sleeps in
-  // ppoll on the port's wait_fd and on `wake_fd` until `parked_until`. A thread that leaves
-  // the engine with work or a deadline sooner than that writes `wake_fd`.
-  int wake_fd = -1;                          // eventfd
-  std::atomic<bool> parked{false};
-  std::atomic<uint64_t> parked_until{0};
   Port* engine_port = nullptr;  // the port the engine uses (the top decorator)
   int quiet_fd = -1;           // UDP 4791 socket that keeps the kernel from answering our traffic
   int quiet6_fd = -1;          // the same for IPv6 (link-local and global GIDs)
@@ -157,19 +131,19 @@ class EngineLock {
  public:
   explicit EngineLock(Runtime* rt) : rt_(rt) {
     rt_->emu.lock();
-    if (rt_->batched.load(std::memory_order_relaxed) != 0) {
-      rt_->pending.store(false);
-      rt_->batched.store(0, std::memory_order_relaxed);
+    if (rt_->progress.batched.load(std::memory_order_relaxed) != 0) {
+      rt_->progress.pending.store(false);
+      rt_->progress.batched.store(0, std::memory_order_relaxed);
       rt_->pass_locked();
     }
   }
   ~EngineLock() {
-    const bool check = rt_->parked.load();
+    const bool check = rt_->progress.parked.load();
     const uint64_t d = check ? rt_->deadline_locked() : 0;
     rt_->emu.unlock();
     if (check) rt_->wake_if_needed(d);
     // A post whose try-lock failed while this verb held the engine left its work to us.
-    if (rt_->pending.load()) rt_->drive(false);
+    if (rt_->progress.pending.load()) rt_->drive(false);
   }
   EngineLock(const EngineLock&) = delete;
   EngineLock& operator=(const EngineLock&) = delete;
@@ -225,24 +199,6 @@ void close_context_xrcds(ContextState* s);
 /// Monotonic time in ns: the engine's clock in production.
 uint64_t now_ns();
 
-/// An application that used the device (posted, polled) this recently is taken to be still
-/// at it: it drives the engine itself, and the progress thread stays out of its way.
-inline constexpr uint64_t kAppActiveNs = 1'000'000;
-/// An application that, after getting completions, comes back to the device later than this
-/// (on average) is taken to wait elsewhere meanwhile (spinning on memory, sleeping): its
-/// completions hand the receiving over to the progress thread at once.
-inline constexpr uint64_t kAppAwayNs = 20'000;
-/// Doorbell batching: a post less than this after the previous post returned is batched...
-inline constexpr uint64_t kBatchGapNs = 1'000;
-/// ... unless this many are waiting already (a GSO super-frame's worth of packets) ...
-inline constexpr uint32_t kBatchMax = 64;
-/// ... and the progress thread sends what waits within this, if the application neither
-/// polls nor posts again (it spins on memory, say) ...
-inline constexpr uint64_t kBatchFlushNs = 50'000;
-/// ... once it had to do so within this long (before that, the application's own next
-/// poll or post is relied on, and the progress thread's nap bounds the wait).
-inline constexpr uint64_t kRescueMemoryNs = 10'000'000;
-
 /// The device list (built once, from the configuration; lives until exit).
 const std::vector<Device*>& devices();
 
@@ -265,13 +221,6 @@ void install_ext_ops(Context* ctx);
 void free_qp_ext(void* ext);
 /// ibv_alloc_parent_domain (objects.cc), and whether a PD handle is one.
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
-/// The application is using the device (a poll or a post, datapath.cc): how long since its
-/// last completions (app_back), and that it is active (app_posted, for posts).
-void app_back(Runtime* rt, uint64_t now);
-void app_posted(Runtime* rt);
-/// After a post to the send queue (ibv_post_send, ibv_wr_complete): sends now, or, when
-/// this post follows the previous one closely, leaves it to the next pass (doorbell batching).
-void send_posted(Runtime* rt);
 /// ibv_alloc_mw / ibv_dealloc_mw (objects.cc).
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);

@@ -240,153 +240,6 @@ void reap_leftovers() {
   }
 }
 
-// The progress thread (docs/threading.md). It runs engine passes while there is work. With
-// none, it sleeps in the kernel (park) until a frame arrives, the engine's next deadline
-// (retransmit, RNR, ARP, the link watch), or a kick on wake_fd from a thread that left the
-// engine work. While an application thread is polling its CQ right now, that thread drives
-// the engine, and the progress thread naps instead of competing with it for the CPU.
-thread_local bool t_progress_thread = false;
-
-// How long the progress thread keeps running passes (yielding between them) after its last
-// work before it parks: traffic comes in bursts, and the next frame of one is then served
-// without a wake-up.
-constexpr uint64_t kSpinNs = 200'000;
-// The longest nap while an application thread keeps polling.
-constexpr uint64_t kMaxAppNapNs = 1'000'000;
-// The longest park: a bound on what a missed kick could cost.
-constexpr uint64_t kMaxParkNs = 100'000'000;
-
-/// Sleeps until traffic (on `port_fd`, if there is one), the engine's deadline, a kick, or
-/// `max_ns`.
-/// Returns at once if a pass run after publishing `parked` finds work (a poster may have
-/// seen `parked` false and not kicked).
-void park(Runtime* rt, int port_fd, uint64_t max_ns) {
-  // Until it knows when it will wake, a thread that leaves work must assume "never".
-  rt->parked_until.store(UINT64_MAX);
-  rt->parked.store(true);
-  // One more pass after publishing `parked`: work left by a thread that saw it false is done
-  // here. If another thread holds the engine, that thread sees `parked` when it lets go.
-  size_t work = 0;
-  uint64_t deadline = 0;
-  if (rt->emu.try_lock()) {
-    rt->pending.store(false);
-    work = rt->pass_locked();
-    deadline = rt->deadline_locked();
-    rt->emu.unlock();
-  }
-  const uint64_t now = now_ns();
-  const uint64_t until = std::min(deadline, now + max_ns);
-  rt->parked_until.store(until);
-  if (work == 0 && !rt->pending.load() && until > now) {
-    StatsShm* st = rt->stats;
-    if (st != nullptr) {
-      __atomic_store_n(&st->progress_parked, 1, __ATOMIC_RELAXED);
-      __atomic_store_n(&st->progress_parks, st->progress_parks + 1, __ATOMIC_RELAXED);
-    }
-    pollfd fds[2] = {{rt->wake_fd, POLLIN, 0}, {port_fd, POLLIN, 0}};
-    const uint64_t ns = until - now;
-    const timespec ts{static_cast<time_t>(ns / 1'000'000'000),
-                      static_cast<long>(ns % 1'000'000'000)};
-    ppoll(fds, port_fd >= 0 ? 2 : 1, &ts, nullptr);
-    if (fds[0].revents & POLLIN) {
-      uint64_t n;
-      [[maybe_unused]] const ssize_t r = read(rt->wake_fd, &n, sizeof n);
-    }
-    if (port_fd >= 0 && (fds[1].revents & POLLERR)) {
-      // A socket error (a packet socket gets ENETDOWN when its interface goes down) stays
-      // pending, and the socket polls ready with POLLERR, until somebody reads it: the ring
-      // is read without a system call, so nobody would, and every park would return at
-      // once from here on. Reading it is all there is to do: the kernel re-attaches the
-      // socket when the interface comes back up (the link watch reports both).
-      int err = 0;
-      socklen_t len = sizeof err;
-      getsockopt(port_fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    }
-    if (st != nullptr) {
-      uint64_t* why = (port_fd >= 0 && (fds[1].revents & POLLIN)) ? &st->progress_woke_traffic
-                      : (fds[0].revents & POLLIN)                 ? &st->progress_woke_kick
-                                                                  : &st->progress_woke_deadline;
-      __atomic_store_n(why, *why + 1, __ATOMIC_RELAXED);
-      __atomic_store_n(&st->progress_parked, 0, __ATOMIC_RELAXED);
-    }
-  }
-  rt->parked.store(false);
-}
-
-void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
-  t_progress_thread = true;
-  if (cpu >= 0) {  // this thread only: the program's own threads keep their placement
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-  }
-  // Without the eventfd nobody could wake a long park: nap in slices then.
-  const int port_fd = rt->wake_fd >= 0 ? rt->engine_port->wait_fd() : -1;
-  uint32_t idle = 0;
-  uint64_t last_work = now_ns();
-  uint64_t app_nap = kAppAwayNs;  // doubles while the application stays active
-  // last_app_poll when the application last handed over (it is away until that changes)
-  uint64_t handed_at = UINT64_MAX;
-  while (!rt->stop.load(std::memory_order_relaxed)) {
-    size_t work = 0;
-    rt->drive(false, &work);
-    if (poll_mode) continue;
-    const uint64_t now = now_ns();
-    // The application handed over (it got its completions and waits elsewhere): it is away
-    // until it posts or polls again.
-    // The exchange first: a hand-over that lands between the two then still names the
-    // poll that made it.
-    const bool handed = rt->handoff.exchange(false);
-    const uint64_t last_app = rt->last_app_poll.load();
-    if (handed) handed_at = last_app;
-    const bool away = last_app == handed_at;
-    const bool app_active = now - last_app < kAppActiveNs && !away;
-    if (work != 0) last_work = now;
-    if (work != 0 && !app_active) {
-      idle = 0;
-      continue;
-    }
-    if (app_active) {
-      // Out of its way, and back soon after it stops (then to wait for traffic): a poll that
-      // returns completions hands over at once when this application tends to stay away
-      // after them (see op_poll_cq).
-      // Posts the application batched (send_posted) wait for a pass: nap kBatchFlushNs at
-      // most while there are some. `napping` is published before `batched` is read, and a
-      // poster bumps `batched` before it reads `napping`: one sees the other.
-      rt->nap_until.store(now + app_nap);
-      rt->napping.store(true);
-      uint64_t nap = app_nap;
-      if (rt->batched.load() != 0 && nap > kBatchFlushNs) {
-        nap = kBatchFlushNs;
-        rt->nap_until.store(now + nap);
-      }
-      pollfd p{rt->wake_fd, POLLIN, 0};
-      const timespec ts{0, static_cast<long>(nap)};
-      if (ppoll(&p, 1, &ts, nullptr) > 0) {
-        uint64_t n;
-        [[maybe_unused]] const ssize_t r = read(rt->wake_fd, &n, sizeof n);
-      }
-      rt->napping.store(false);
-      app_nap = std::min<uint64_t>(app_nap * 2, kMaxAppNapNs);
-      continue;
-    }
-    app_nap = kAppAwayNs;
-    ++idle;
-    if (away && port_fd >= 0) {
-      // Wherever the application waits now (spinning on memory, most likely), a spinning
-      // progress thread would take its CPU: sleep until traffic instead.
-      park(rt, port_fd, kMaxParkNs);
-    } else if (now - last_work < kSpinNs) {
-      std::this_thread::yield();  // more traffic is likely soon after some
-    } else if (port_fd >= 0) {
-      park(rt, port_fd, kMaxParkNs);
-    } else {  // no descriptor to wait on: naps, longer once long idle
-      park(rt, -1, idle > 20000 ? 1'000'000 : 20'000);
-    }
-  }
-}
-
 /// The process, or its last context of the device, is leaving (its progress thread already
 /// stopped): every rdma_cm connection's peer hears DREQ (a pending request, REJ), as from the
 /// kernel's rdma_cm when a process's file is closed, so a peer waiting in rdma_get_cm_event
@@ -467,14 +320,14 @@ namespace {
 void teardown(Runtime* rt) {
   rt->stop = true;
   rt->kick();
-  if (rt->progress.joinable()) rt->progress.join();
+  if (rt->progress_thread.joinable()) rt->progress_thread.join();
   say_goodbye(rt);
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
   if (rt->quiet6_fd >= 0) close(rt->quiet6_fd);
   for (int fd : rt->mc_fds) close(fd);  // the kernel leaves their groups
   if (rt->qpn_claim_fd >= 0) close(rt->qpn_claim_fd);
   if (rt->link_fd >= 0) close(rt->link_fd);
-  if (rt->wake_fd >= 0) close(rt->wake_fd);
+  if (rt->progress.wake_fd >= 0) close(rt->progress.wake_fd);
   close_stats(rt);
   rt->cm.reset();
   rt->engine.reset();
@@ -622,7 +475,7 @@ Runtime* open_runtime(Device* d) {
   rt->engine->poll(now_ns());  // its clock runs from now: what it sends before the progress
                                // thread's first pass (an ARP) is stamped with the right time
   rt->engine_port = port;
-  rt->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  rt->progress.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   rt->quiet_fd = silence_kernel(dc, false);
   rt->quiet6_fd = silence_kernel(dc, true);
   if (!dc.iface.empty() && dc.iface.size() < IFNAMSIZ) {  // net_tap by devargs: not watched
@@ -632,9 +485,9 @@ Runtime* open_runtime(Device* d) {
   }
   rt->stats_name = stats_shm_name(getpid(), dc.name);
   rt->stats = open_stats(rt->stats_name, dc.name);
-  rt->batch = dc.batch;
+  rt->progress.batch = dc.batch;
   Runtime* r = rt.release();
-  r->progress = std::thread(progress_loop, r, dc.progress_poll, dc.progress_cpu);
+  r->progress_thread = std::thread(progress_loop, r, dc.progress_poll, dc.progress_cpu);
   return r;
 }
 
@@ -648,7 +501,7 @@ __attribute__((destructor)) void at_exit() {
   for (Runtime* rt : *g_live) {
     rt->stop = true;
     rt->kick();
-    if (rt->progress.joinable()) rt->progress.join();
+    if (rt->progress_thread.joinable()) rt->progress_thread.join();
     say_goodbye(rt);
     if (rt->stats != nullptr) shm_unlink(rt->stats_name.c_str());
   }
@@ -696,59 +549,6 @@ void release_runtime(Runtime* rt) {
   rt->dev->runtime = nullptr;
   std::erase(*g_live, rt);
   teardown(rt);
-}
-
-bool Runtime::drive(bool posted, size_t* work) {
-  // seq_cst on `pending` on both sides: a poster's store and the holder's load after unlock
-  // must not pass each other (a try_lock that fails gives no ordering of its own).
-  if (posted) pending.store(true);
-  bool ran = false;
-  do {
-    // Whoever holds the engine sees `pending` after it lets go (the loop below), so work
-    // posted while it ran is never stranded.
-    if (!emu.try_lock()) return ran;
-    pending.store(false);
-    // This pass sends what was batched. The progress thread sending posts that waited
-    // longer than kAppAwayNs while the application did not poll rescues an application that
-    // does not come back after posting: from now on its batches get the progress thread's
-    // kBatchFlushNs bound (send_posted).
-    if (batched.exchange(0, std::memory_order_relaxed) != 0 && t_progress_thread) {
-      const uint64_t now = now_ns(), first = first_batched.load(std::memory_order_relaxed);
-      if (now - first > kAppAwayNs && last_cq_poll.load(std::memory_order_relaxed) < first)
-        last_rescue.store(now, std::memory_order_relaxed);
-    }
-    const size_t w = pass_locked();
-    if (work != nullptr) *work += w;
-    // The progress thread parked: does it wake in time for what the engine has now?
-    const bool check = !t_progress_thread && parked.load();
-    const uint64_t d = check ? deadline_locked() : 0;
-    emu.unlock();
-    if (check) wake_if_needed(d);
-    ran = true;
-  } while (pending.load());
-  return ran;
-}
-
-void Runtime::kick() {
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t r = write(wake_fd, &one, sizeof one);
-}
-
-uint64_t Runtime::deadline_locked() const {
-  // next_deadline() walks the timer wheel: asked only when the progress thread parks or is
-  // parked, never on every pass.
-  uint64_t d = engine->next_deadline();
-  if (cm) d = std::min(d, cm->next_deadline());
-  if (link_fd >= 0) d = std::min(d, link_next);
-  if (stats != nullptr) d = std::min(d, stats_next);
-  return d;
-}
-
-void Runtime::wake_if_needed(uint64_t deadline_ns) {
-  // seq_cst: pairs with park()'s store of `parked` and the pass it runs after that store.
-  if (t_progress_thread || !parked.load()) return;
-  if (deadline_ns >= parked_until.load()) return;  // it wakes in time by itself
-  if (parked.exchange(false)) kick();  // one kick per park is enough
 }
 
 void Runtime::watch_link(uint64_t now, bool initial) {
