@@ -32,6 +32,7 @@ namespace uroce {
   X(rx_drop_ud_no_recv, "UD datagram dropped: no receive WQE posted")                   \
   X(rx_mcast, "multicast datagrams handed to an attached QP (one per QP)")              \
   X(rx_drop_uc_msg, "UC packets dropped (PSN gap, no receive WQE or bad access)")       \
+  X(rx_drop_uc_stale, "UC packets older than the expected PSN (a copy, or overtaken): dropped") \
   X(rx_drop_unexpected_resp, "response or ACK that matches no outstanding request")     \
   X(rx_drop_cnp, "CNPs for no QP of ours, a UD QP, or from an address not the QP's peer") \
   X(cnp_rcvd, "CNPs received for a QP of ours (DCQCN cuts its rate unless ecn = no)")   \

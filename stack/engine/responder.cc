@@ -229,8 +229,15 @@ void Engine::responder(Qp* qp, const ParsedPacket& p) {
     }
     qp->resp.seq_nak_sent = false;
     if (qp->type == IBV_QPT_XRC_RECV && !bind_xrc_srq(qp, p)) return;
+  } else if (d < 0) {
+    // UC: older than expected. A UC sender never sends a PSN twice, so this is a copy the
+    // link made or a packet a later one overtook: taking it (as rxe does, for a first or only
+    // packet) would hand the application a message twice or out of order. Dropped; the
+    // message in progress goes on.
+    counters_.inc(Counter::rx_drop_uc_stale);
+    return;
   } else if (d != 0) {
-    // UC: a gap loses the message in progress; a new message may start at any PSN.
+    // UC: a gap loses the message in progress; a new message may start at any later PSN.
     counters_.inc(Counter::rx_drop_uc_msg);
     set_resp_state(qp, Responder::State::kIdle);
     qp->resp.rwqe_offset = 0;

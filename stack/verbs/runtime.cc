@@ -261,6 +261,23 @@ void say_goodbye(Runtime* rt) {
   if (rt->fault) static_cast<drivers::FaultInjector*>(rt->fault.get())->flush(now_ns());
 }
 
+/// UROCE_FAULT's account, one line on stderr as the device closes: what a test damaged is
+/// then known (tools/soak.sh adds it up). Only when the program asked for damage.
+void report_faults(Runtime* rt) {
+  if (!rt->fault) return;
+  const auto c = static_cast<drivers::FaultInjector*>(rt->fault.get())->counters();
+  std::fprintf(stderr,
+               "uroce: %s: UROCE_FAULT: %llu frames passed, %llu dropped, %llu duplicated, "
+               "%llu corrupted, %llu reordered, %llu delayed, %llu CE-marked\n",
+               rt->dev->cfg.name.c_str(), static_cast<unsigned long long>(c.sent),
+               static_cast<unsigned long long>(c.dropped),
+               static_cast<unsigned long long>(c.duplicated),
+               static_cast<unsigned long long>(c.corrupted),
+               static_cast<unsigned long long>(c.reordered),
+               static_cast<unsigned long long>(c.delayed),
+               static_cast<unsigned long long>(c.ce_marked));
+}
+
 }  // namespace
 
 void Runtime::kernel_membership(const wire::Gid& g, bool join) {
@@ -322,6 +339,7 @@ void teardown(Runtime* rt) {
   rt->kick();
   if (rt->progress_thread.joinable()) rt->progress_thread.join();
   say_goodbye(rt);
+  report_faults(rt);
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
   if (rt->quiet6_fd >= 0) close(rt->quiet6_fd);
   for (int fd : rt->mc_fds) close(fd);  // the kernel leaves their groups

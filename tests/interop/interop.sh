@@ -22,6 +22,7 @@
 # Environment: UROCE_PORT=af_xdp runs uroce's side on its AF_XDP port instead of the packet socket.
 # UROCE_LIB (dir holding our libibverbs.so.1), UROCE_BIN (the uroce command),
 # VERIFY_BIN (rdma_verify, built from rdma_verify.c: data-checking RC traffic of every kind),
+# SOAK_BIN (rdma_soak, from rdma_soak.c: RC, UC and UD both ways for a time, every byte checked),
 # DISSECT_BIN (uroce-dissect, reads uroce's capture of each damaged case),
 # RXEVM (the rxe-vm scripts, default ../shared/rxe-vm next to the repo), INTEROP_DIR (state,
 # default /var/tmp/uroce-interop). Exit 77 = skipped (not root, or no qemu).
@@ -33,6 +34,7 @@ STATE=${INTEROP_DIR:-/var/tmp/uroce-interop}
 LIB=${UROCE_LIB:-$repo/build/lib}
 UROCE=${UROCE_BIN:-$repo/build/tools/uroce/uroce}
 VERIFY=${VERIFY_BIN:-$repo/build/tests/interop/rdma_verify}
+SOAK=${SOAK_BIN:-$repo/build/tests/interop/rdma_soak}
 DISSECT=${DISSECT_BIN:-$repo/build/tools/dissect/uroce-dissect}
 NS=urix BR=urbr0 TAP=urtap0 VETH=urix0 VETHBR=urix-br
 HOST_IP=10.78.0.1 VM_IP=10.78.0.11 VM_MAC=52:54:00:78:00:11 LINK_MTU=9000
@@ -218,6 +220,7 @@ verify_m1024|both|rdma_verify -s 10000 -n 30 -m 1024||
 verify_m4096|both|rdma_verify -s 70000 -n 10 -m 4096||
 lossy5_verify|both|rdma_verify -s 10000 -n 30 -m 1024|loss 5%|loss=0.05,seed=21
 damaged_verify|both|rdma_verify -s 10000 -n 30 -m 4096|loss 2% duplicate 2% corrupt 1%|loss=0.02,duplicate=0.02,corrupt=0.01,seed=23
+damaged_soak|both|rdma_soak -q 2 -s 8192 -D 15 -m 1024 -t 18 -r 20 -P 5|loss 2% corrupt 1%|loss=0.02,corrupt=0.01,seed=24
 lossy5_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=13
 lossy5_send_bw|both|ib_send_bw -s 16384 -n 200 -m 4096|loss 5%|loss=0.05,seed=14
 lossy5_read_bw|both|ib_read_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=15
@@ -294,11 +297,12 @@ cmd_case() {
   local uargs gargs
   if [ -n "$perf" ]; then
     uargs="$prog -d uroce0 -x 1 -F -p $port"; gargs="$prog -d rxe0 -x \$RXE_GID -F -p $port"
-  elif [ "$tool" = rdma_verify ]; then
-    [ -x "$VERIFY" ] || die "rdma_verify not built at $VERIFY (set VERIFY_BIN)"
-    cp "$VERIFY" "$VMDIR/rdma_verify"
-    local rest=${prog#rdma_verify}
-    uargs="$VERIFY$rest -d uroce0 -g 1 -p $port"; gargs="/host/rdma_verify$rest -d rxe0 -g \$RXE_GID -p $port"
+  elif [ "$tool" = rdma_verify ] || [ "$tool" = rdma_soak ]; then
+    local bin=$VERIFY; [ "$tool" = rdma_soak ] && bin=$SOAK
+    [ -x "$bin" ] || die "$tool not built at $bin (set VERIFY_BIN / SOAK_BIN)"
+    cp "$bin" "$VMDIR/$tool"
+    local rest=${prog#"$tool"}
+    uargs="$bin$rest -d uroce0 -g 1 -p $port"; gargs="/host/$tool$rest -d rxe0 -g \$RXE_GID -p $port"
   elif [ "$tool" = rping ]; then
     # rdma_cm: the address is an option, the device and GID come from the route.
     local srv=$VM_IP; [ "$dir" = k2u ] && srv=$HOST_IP

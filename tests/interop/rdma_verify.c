@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #define FAIL(...) do { fprintf(stderr, "rdma_verify: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#define PROG_FAIL FAIL
+#include "prog_common.h"
 
 struct peer {
   uint32_t qpn, psn, rkey;
@@ -94,40 +96,6 @@ static void post_recv(struct ibv_mr *mr, void *addr, uint32_t len, uint64_t id) 
   if (ibv_post_recv(qp, &wr, &bad)) FAIL("ibv_post_recv failed");
 }
 
-static int tcp_connect(const char *host, int port) {
-  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  if (getaddrinfo(host, ps, &hints, &res)) FAIL("cannot resolve %s", host);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  for (int tries = 0; connect(fd, res->ai_addr, res->ai_addrlen) != 0; ++tries) {
-    if (tries == 100) FAIL("cannot connect to %s:%d: %s", host, port, strerror(errno));
-    usleep(100000);
-  }
-  freeaddrinfo(res);
-  return fd;
-}
-
-static int tcp_accept(int port) {
-  int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(lfd, (struct sockaddr *)&a, sizeof a) || listen(lfd, 1)) FAIL("cannot listen on port %d", port);
-  int fd = accept(lfd, NULL, NULL);
-  close(lfd);
-  return fd;
-}
-
-static void xfer(int fd, struct peer *mine, struct peer *theirs) {
-  if (write(fd, mine, sizeof *mine) != (ssize_t)sizeof *mine) FAIL("TCP write failed");
-  size_t got = 0;
-  while (got < sizeof *theirs) {
-    ssize_t n = read(fd, (char *)theirs + got, sizeof *theirs - got);
-    if (n <= 0) FAIL("TCP read failed");
-    got += (size_t)n;
-  }
-}
-
 int main(int argc, char **argv) {
   const char *devname = NULL;
   int gidx = 1, port = 18600, opt;
@@ -139,16 +107,7 @@ int main(int argc, char **argv) {
     switch (opt) {
       case 'd': devname = optarg; break;
       case 'g': gidx = atoi(optarg); break;
-      case 'm':
-        switch (atoi(optarg)) {
-          case 256: mtu = IBV_MTU_256; break;
-          case 512: mtu = IBV_MTU_512; break;
-          case 1024: mtu = IBV_MTU_1024; break;
-          case 2048: mtu = IBV_MTU_2048; break;
-          case 4096: mtu = IBV_MTU_4096; break;
-          default: FAIL("-m must be 256, 512, 1024, 2048 or 4096");
-        }
-        break;
+      case 'm': mtu = mtu_of_bytes(atoi(optarg)); break;
       case 'p': port = atoi(optarg); break;
       case 's': size = (size_t)atol(optarg); break;
       case 'n': iters = atol(optarg); break;
@@ -161,13 +120,8 @@ int main(int argc, char **argv) {
   if (size < 8 || size > (64u << 20)) FAIL("-s must be 8 .. 64 MiB");
   if (timeout < 1 || timeout > 31) FAIL("-t must be 1 .. 31");
 
-  struct ibv_device **list = ibv_get_device_list(NULL);
-  struct ibv_device *dev = NULL;
-  for (int i = 0; list && list[i]; ++i)
-    if (!devname || !strcmp(ibv_get_device_name(list[i]), devname)) { dev = list[i]; break; }
-  if (!dev) FAIL("no RDMA device%s%s", devname ? " named " : "", devname ? devname : "");
-  struct ibv_context *ctx = ibv_open_device(dev);
-  if (!ctx) FAIL("ibv_open_device failed");
+  struct ibv_device **list;
+  struct ibv_context *ctx = open_named_device(devname, &list);
   struct ibv_pd *pd = ibv_alloc_pd(ctx);
   /* layout: [fixed area | scratch area | local read target | send/recv buffers | counter] */
   size_t len = 5 * size + 64;
@@ -196,7 +150,7 @@ int main(int argc, char **argv) {
   /* The server posts its first receive before it tells the client its QPN. */
   if (!server_ip) post_recv(mr, rbuf, (uint32_t)size, 1);
   int fd = server_ip ? tcp_connect(server_ip, port) : tcp_accept(port);
-  xfer(fd, &me, &them);
+  xfer(fd, &me, &them, sizeof me);
 
   struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTR, .path_mtu = mtu, .dest_qp_num = them.qpn,
                           .rq_psn = them.psn, .max_dest_rd_atomic = 4, .min_rnr_timer = 12,
