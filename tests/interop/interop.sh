@@ -146,6 +146,32 @@ guest_cancel() {
   return 1
 }
 
+# guest_evidence FILE: what the guest looks like right after a failed case, before the VM is
+# restarted (docs/interop.md: first-try failures need the guest's side): its kernel log, rxe's
+# counters, its QPs and processes. Written to FILE, its head shown. A guest that does not run
+# the job within 15 s (its agent still waits for the failed program to end) is said so: that
+# is evidence too.
+guest_evidence() {
+  local out=$1 n
+  n=$(cat "$STATE/next")
+  guest_job "$n" "$(cat <<'EOF'
+echo "--- dmesg, the last 40 lines"; dmesg | tail -n 40
+echo "--- rxe's counters"; for f in /sys/class/infiniband/*/ports/1/hw_counters/*; do echo "$(basename "$f") $(cat "$f")"; done
+echo "--- rdma res show qp"; rdma res show qp 2>&1 | head -n 20
+echo "--- processes not in the kernel"; ps -eo pid,stat,wchan:28,etime,args | grep -v ' \[' | tail -n 20
+EOF
+)"
+  for _ in $(seq 150); do [ -e "$VMDIR/job.$n.rc" ] && break; sleep 0.1; done
+  if [ -e "$VMDIR/job.$n.rc" ]; then
+    cp "$VMDIR/job.$n.out" "$out"
+    echo "--- the guest right after the failure ($out):"
+    grep -v '^[a-z_]* 0$' "$out" | head -n 60  # counters that stayed 0 left out here
+  else
+    echo "the guest did not run the evidence job within 15 s (its previous job had not ended)" > "$out"
+    echo "--- $(cat "$out")"
+  fi
+}
+
 # guest_script N CMD PORT: the job that runs CMD in the guest: netem set up first, the program
 # bounded by CASE_TIMEOUT and stopped early when the host cancels the job; job.N.listening
 # appears once something listens on PORT (servers): a TCP socket, or an rdma_cm id (the
@@ -393,6 +419,7 @@ cmd_case() {
     cp "$pcap" "$kept" 2>/dev/null || kept="(none written)"
     cp "$pcap.verbs" "$kept.verbs" 2>/dev/null || true  # uroce's verbs side, for --ladder
     echo "--- capture of uroce's side: $kept"
+    guest_evidence "${pcap%.pcap}.failed-$n.guest.txt"
     # A failed case can leave the guest's rdma_rxe unusable: seen after lossy5_send_bw (about
     # 1 run in 10), guest programs then hung and every later case failed. The next case (or
     # this one's retry, tools/test.sh) gets a freshly booted guest.
