@@ -24,7 +24,8 @@
 #   SECONDS  how long to run (default 600)
 #   FAULT    the UROCE_FAULT damage without seed (default loss=0.02,duplicate=0.01,corrupt=0.005,reorder=0.02)
 # Exit code: 0, 1 (a round failed), 2 (not built), 77 (not root: skipped).
-# Environment: BUILD (default build), WORK (default a new directory under /var/tmp), ROUND
+# Environment: BUILD (default build), WORK (default a new directory under /var/tmp, removed at
+# the end unless a round failed), ROUND
 # (rdma_soak's seconds per round, default 60), QPS (default 4), MAXSIZE (default 65536).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,6 +46,7 @@ for f in "$uroce" "$verify" "$soak"; do
 done
 command -v rstream >/dev/null \
   || { echo "soak: rdmacm-utils not installed (tools/install-deps.sh)"; exit 2; }
+own_work=0; [ -n "${WORK:-}" ] || own_work=1
 work=${WORK:-$(mktemp -d /var/tmp/uroce-soak.XXXXXX)}
 mkdir -p "$work"
 tag=k$$
@@ -141,4 +143,6 @@ awk '
     printf "soak: the fault injectors (every program, both sides): %d frames passed, %d dropped, %d duplicated, %d corrupted, %d reordered\n", fp, fd, fu, fc, fr
   }' "$tot_file"
 echo "soak: $round rounds in $(( $(date +%s) - start )) s"
+# A work directory of our own goes unless a failed round left its logs in it.
+if [ $own_work = 1 ] && [ $rc = 0 ]; then rm -rf "$work"; else echo "soak: logs in $work"; fi
 exit $rc

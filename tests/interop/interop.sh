@@ -246,7 +246,6 @@ verify_m1024|both|rdma_verify -s 10000 -n 30 -m 1024||
 verify_m4096|both|rdma_verify -s 70000 -n 10 -m 4096||
 lossy5_verify|both|rdma_verify -s 10000 -n 30 -m 1024|loss 5%|loss=0.05,seed=21
 damaged_verify|both|rdma_verify -s 10000 -n 30 -m 4096|loss 2% duplicate 2% corrupt 1%|loss=0.02,duplicate=0.02,corrupt=0.01,seed=23
-damaged_soak|both|rdma_soak -q 2 -s 8192 -D 15 -m 1024 -t 18 -r 20 -P 5|loss 2% corrupt 1%|loss=0.02,corrupt=0.01,seed=24
 lossy5_write_bw|both|ib_write_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=13
 lossy5_send_bw|both|ib_send_bw -s 16384 -n 200 -m 4096|loss 5%|loss=0.05,seed=14
 lossy5_read_bw|both|ib_read_bw -s 65536 -n 100 -m 1024|loss 5%|loss=0.05,seed=15
