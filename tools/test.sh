@@ -25,10 +25,33 @@ quick=0
 
 stage() { printf '\n==== %s ====\n' "$*"; }
 
+# run_ctest DIR ARGS...: ctest on DIR. When tests fail, the last lines of each failed test's
+# output come again after ctest's own output, and then its summary line once more: a CI that
+# keeps only the head and the tail of a long log still shows why, not only which.
+run_ctest() {
+  local dir=$1 out rc=0; shift
+  out=$(mktemp)
+  ctest --test-dir "$dir" "$@" | tee "$out" || rc=$?
+  if [ $rc -ne 0 ] && [ -s "$dir/Testing/Temporary/LastTestsFailed.log" ]; then
+    stage "why they failed: the last 25 lines of each failed test's output (all of it is above)"
+    cut -d: -f2- "$dir/Testing/Temporary/LastTestsFailed.log" | while read -r name; do
+      echo "--- $name"
+      awk -v t="$name" '$0 ~ "^[0-9]+/[0-9]+ Test: " && $NF == t { on = 1; n = 0; next }
+                        on && /^<end of output>$/ { on = 0 }
+                        on { buf[n++ % 25] = $0 }
+                        END { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25] }' \
+        "$dir/Testing/Temporary/LastTest.log"
+    done
+    grep -E "tests passed|tests failed" "$out" | tail -1
+  fi
+  rm -f "$out"
+  return $rc
+}
+
 stage "plain build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DUROCE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs" -LE interop
+run_ctest build --output-on-failure -j"$jobs" -LE interop
 
 [ $quick -eq 1 ] && exit 0
 
@@ -36,22 +59,22 @@ stage "interop with the kernel's Soft-RoCE (rdma_rxe in qemu)"
 # A case that fails runs once more (its first failure stays in the output): the kernel's
 # perftest client under the guest's random netem loss has been seen to exit without a result
 # about once in 200 cases (docs/interop.md). A failure that repeats fails the stage.
-ctest --test-dir build --output-on-failure -L interop --repeat until-pass:2
+run_ctest build --output-on-failure -L interop --repeat until-pass:2
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=ON -DUROCE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE 'interop|grid'
+  run_ctest build-asan --output-on-failure -j"$jobs" -LE 'interop|grid'
 
 stage "ThreadSanitizer: the provider's threads (stress, contexts)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON -DUROCE_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target uroce_ibverbs runtime_test
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts)$'
+  run_ctest build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts)$'
 
 stage "fuzzing the frame parser and the engine for ${UROCE_FUZZ_SECONDS:-60} s each"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DUROCE_WERROR=ON -DUROCE_FUZZ=ON -DUROCE_FUZZ_SECONDS="${UROCE_FUZZ_SECONDS:-60}" >/dev/null
 cmake --build build-fuzz -j"$jobs"
-ctest --test-dir build-fuzz --output-on-failure
+run_ctest build-fuzz --output-on-failure

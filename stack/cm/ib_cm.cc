@@ -52,6 +52,12 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
   if (id == nullptr) return EINVAL;
   if (id->state != State::kRouteResolved) return EINVAL;
   if (!id->have_path && !path_for(*id)) return EHOSTUNREACH;
+  // Checked before anything changes: a refused connect leaves the id as it was (no comm ID
+  // registered that destroy() would not know of).
+  const size_t room =
+      (id->type == IBV_QPT_UD ? wire::CmSidrReq::kPrivateLen : wire::CmReq::kPrivateLen) -
+      wire::CmaIpHeader::kLen;
+  if (len > room) return EINVAL;
   id->param = p;
   // The counts are 3-bit fields: larger values are taken as 7, as the kernel's rdma_cm caps
   // them (cma_connect_ib), so the QP is moved to RTS with what the REQ carried.
@@ -68,7 +74,6 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     r.request_id = id->local_comm_id;
     r.pkey = 0xFFFF;
     r.service_id = wire::ip_service_id(id->ps, id->dst.port);
-    if (len > r.private_data.size() - wire::CmaIpHeader::kLen) return EINVAL;
     ip.emit(r.private_data);
     if (len > 0) std::memcpy(r.private_data.data() + wire::CmaIpHeader::kLen, pdata, len);
     r.emit(d);
@@ -110,7 +115,6 @@ int ConnectionManager::connect(uint64_t handle, const ConnParam& p, const uint8_
     // sends 0 too unless the netdev reports 10 Gb/s or more).
     r.primary.packet_rate = 0;
     r.primary.local_ack_timeout = id->ack_timeout;
-    if (len > r.private_data.size() - wire::CmaIpHeader::kLen) return EINVAL;
     ip.emit(r.private_data);
     if (len > 0) std::memcpy(r.private_data.data() + wire::CmaIpHeader::kLen, pdata, len);
     r.emit(d);
@@ -143,6 +147,7 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
     set_state(*id, State::kClosed);
     return 0;
   }
+  if (len > wire::CmRep::kPrivateLen) return EINVAL;
   id->param.responder_resources = p.responder_resources;
   id->param.initiator_depth = p.initiator_depth;
   id->param.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);  // as for connect
@@ -161,7 +166,6 @@ int ConnectionManager::accept(uint64_t handle, const ConnParam& p, const uint8_t
   r.rnr_retry_count = id->param.rnr_retry_count;
   r.srq = p.srq != 0;
   r.local_ca_guid = engine_.node_guid();
-  if (len > r.private_data.size()) return EINVAL;
   if (len > 0) std::memcpy(r.private_data.data(), pdata, len);
   r.emit(d);
   send_kept(*id, wire::cm_attr::kRep, d);

@@ -661,7 +661,10 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       ev.param.conn.srq = rec.param.srq;
       ev.param.conn.qp_num = rec.param.qp_num;
     }
-    id->event = &ev;
+    // A connection request is counted against its listener, not the new id, which the
+    // program may destroy before it acknowledges the event: only the id it is counted
+    // against points back at it (and the acknowledgement clears that).
+    if (e->counted == p) id->event = &ev;
     *event = &ev;
     return 0;
   }
@@ -670,9 +673,10 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
 int rdma_ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return fail(EINVAL);
   auto* e = reinterpret_cast<EventPriv*>(event);
-  // Before the acknowledgement counts: from then on rdma_destroy_id may free the id.
-  if (event->id != nullptr && event->id->event == event) event->id->event = nullptr;
   if (IdPriv* p = e->counted) {
+    // Before the acknowledgement counts: from then on rdma_destroy_id may free the id. (A
+    // connection request's new id is not p, and may be gone already: it is not read.)
+    if (p->id.event == event) p->id.event = nullptr;
     std::lock_guard<std::mutex> lock(p->mu);
     ++p->events_acked;
     p->cv.notify_all();

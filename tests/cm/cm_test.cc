@@ -332,6 +332,35 @@ TEST_F(CmFixture, RetryCountsOverSevenAreTakenAsSevenAsTheKernelCapsThem) {
   EXPECT_EQ(at.rnr_retry, 7);
 }
 
+TEST_F(CmFixture, AConnectWithTooMuchPrivateDataIsRefusedAndLeavesTheIdAsItWas) {
+  // An RC REQ has 92 bytes of private data, 36 of them rdma_cm's IP header: 57 bytes are
+  // EINVAL before anything is sent or registered, and the same id then connects.
+  start_cms();
+  ASSERT_EQ(cmb->create(kListen, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cmb->bind(kListen, ep(kIpB, kPort)), 0);
+  ASSERT_EQ(cmb->listen(kListen, 8), 0);
+  ASSERT_EQ(cma->create(kActive, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), ep(kIpB, kPort), 2000), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
+  ASSERT_EQ(cma->resolve_route(kActive), 0);
+  qa = make_qp(a, {});
+  move(*cma, a, qa, kActive, IBV_QPS_INIT);
+  cm::ConnParam p;
+  p.qp_num = qa->qpn;
+  const uint8_t room = wire::CmReq::kPrivateLen - wire::CmaIpHeader::kLen;
+  std::vector<uint8_t> big(room + 1, 0x42);
+  EXPECT_EQ(cma->connect(kActive, p, big.data(), static_cast<uint8_t>(big.size())), EINVAL);
+  EXPECT_EQ(cma->state(kActive), cm::State::kRouteResolved);
+  EXPECT_EQ(cma->stats().mads_tx, 0u);
+  ASSERT_EQ(cma->connect(kActive, p, big.data(), room), 0);
+  const uint64_t hb = accept_request();
+  establish_active();
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kEstablished); }));
+  EXPECT_EQ(last(ev_b, cm::kConnectRequest)->pdata_len, room);
+  EXPECT_EQ(cmb->state(hb), cm::State::kEstablished);
+  EXPECT_EQ(cma->stats().mads_tx, 2u);  // one REQ, one RTU
+}
+
 TEST_F(CmFixture, LostReqIsSentAgainAfterTheResponseTimeout) {
   start_cms();
   ta.drop = lose(wire::cm_attr::kReq);

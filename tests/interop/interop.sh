@@ -155,7 +155,10 @@ guest_evidence() {
   local out=$1 n
   n=$(cat "$STATE/next")
   guest_job "$n" "$(cat <<'EOF'
-echo "--- dmesg, the last 40 lines"; dmesg | tail -n 40
+echo "--- dmesg: warnings, bugs, watchdogs, hung tasks, rxe"; dmesg | grep -E "WARNING|BUG|watchdog|hung|timed out|rxe" | tail -n 30
+echo "--- dmesg, the last 20 lines (virtio's 'speed is unknown' notices left out)"; dmesg | grep -v "speed is unknown" | tail -n 20
+echo "--- eth0: packets and errors (a stalled transmit queue shows as TX not moving)"; ip -s link show dev eth0
+echo "--- eth0's qdisc (netem: sent, dropped, backlog)"; tc -s qdisc show dev eth0
 echo "--- rxe's counters"; for f in /sys/class/infiniband/*/ports/1/hw_counters/*; do echo "$(basename "$f") $(cat "$f")"; done
 echo "--- rdma res show qp"; rdma res show qp 2>&1 | head -n 20
 echo "--- processes not in the kernel"; ps -eo pid,stat,wchan:28,etime,args | grep -v ' \[' | tail -n 20
@@ -165,7 +168,7 @@ EOF
   if [ -e "$VMDIR/job.$n.rc" ]; then
     cp "$VMDIR/job.$n.out" "$out"
     echo "--- the guest right after the failure ($out):"
-    grep -v '^[a-z_]* 0$' "$out" | head -n 60  # counters that stayed 0 left out here
+    grep -v '^[a-z_]* 0$' "$out" | head -n 90  # counters that stayed 0 left out here
   else
     echo "the guest did not run the evidence job within 15 s (its previous job had not ended)" > "$out"
     echo "--- $(cat "$out")"

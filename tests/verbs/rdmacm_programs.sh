@@ -24,18 +24,26 @@ wait_udp() {
   echo "server never bound UDP $2"; return 1
 }
 
-in_ns() { local ns=$1 ifc=$2; shift 2; ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"; }
+# In the sanitizer stage ctest preloads the ASan/UBSan runtimes for the programs under test
+# (LD_PRELOAD). Only those get them (in_ns, in_ns_bg): this script's own tools (ip, ss,
+# tcpdump, ...) run as they are (procps' pkill has been seen to hang with them preloaded).
+preload=${LD_PRELOAD:-}
+unset LD_PRELOAD
+in_ns() { local ns=$1 ifc=$2; shift 2; ip netns exec "$ns" env ${preload:+"LD_PRELOAD=$preload"} LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"; }
 # The same for a program started in the background (`in_ns_bg ... &`): the background subshell
 # becomes the program's `timeout` (exec), so $! is a process whose end is the program's end.
 # Killing a subshell that merely waits for it would leave the program running (and its rdma_cm
 # port bound: the retry's server then could not bind it, issue 25).
-in_ns_bg() { local ns=$1 ifc=$2; shift 2; exec ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"; }
+in_ns_bg() { local ns=$1 ifc=$2; shift 2; exec ip netns exec "$ns" env ${preload:+"LD_PRELOAD=$preload"} LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"; }
 
 # stop_server PID NS PORT: ends a server started with in_ns_bg and checks that nothing of it is
-# left: no process in its namespace, nothing listening on its TCP port.
+# left: no process in its namespace, nothing listening on its TCP port. (`timeout` passes the
+# signal on to its whole process group, a server's forked children too, e.g. qperf's child of
+# the last test: a process killed a moment ago may still be on its way out, for 5 s at most.)
 stop_server() {
   kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
   local left
+  for _ in $(seq 50); do [ -z "$(ip netns pids "$2" 2>/dev/null)" ] && break; sleep 0.1; done
   left=$(for p in $(ip netns pids "$2" 2>/dev/null); do
            printf '%s:%s ' "$p" "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)"; done)
   [ -z "$left" ] || { echo "FAIL: the server's namespace still runs: $left"; exit 1; }
