@@ -43,6 +43,7 @@ namespace uroce {
   X(cnp_held, "CE marks not answered: a CNP went to that QP within min_time_between_cnps") \
   X(tx_frames, "frames transmitted")                                                    \
   X(tx_loopback, "frames delivered to this device itself (loopback)")                   \
+  X(tx_gsi_copies, "CM MADs to our own address, sent out too (other processes)")        \
   X(tx_no_buffers, "transmit postponed: frame pool exhausted or port busy")             \
   X(tx_drop_mtu, "frames longer than the interface's MTU (lowered under the QP): lost")   \
   X(dup_requests, "duplicate requests received (PSN behind ePSN)")                      \

@@ -583,11 +583,13 @@ Frame* Engine::build_packet(RoceHeaders& h, size_t payload_len, FrameLayout* lay
   return f;
 }
 
-bool Engine::is_local_dest(const Frame* f) {
+bool Engine::is_local_dest(const Frame* f, bool* gsi) {
   wire::ParsedPacket p;
   wire::ParseOptions o;
   o.verify_icrc = false;
+  *gsi = false;
   if (wire::parse_frame(f->bytes(), p, o) != wire::ParseError::kOk) return true;
+  *gsi = p.hdr.bth.dest_qp == 1;
   return p.hdr.bth.dest_qp <= 1 || qp_by_num(p.hdr.bth.dest_qp) != nullptr;
 }
 
@@ -601,9 +603,25 @@ void Engine::tx_frame(Frame* f) {
   // of one device). Those for a QPN that is not ours go out: another process running uroce
   // on the same interface owns it (the kernel shows each packet socket the frames the
   // others send).
-  if (std::equal(mac_.begin(), mac_.end(), f->data) && is_local_dest(f)) {
+  bool gsi = false;
+  if (std::equal(mac_.begin(), mac_.end(), f->data) && is_local_dest(f, &gsi)) {
+    // QP1 is every process's: a CM MAD to our own address may be for another process's
+    // connection manager on this interface (a client and a server on one host, as rping's
+    // two halves), so a copy goes out too. Ours takes the MAD or leaves it (a service another
+    // process holds), as the other one does with the copy.
+    if (gsi) {
+      if (Frame* c = tx_alloc(); c != nullptr && c->cap >= f->len) {
+        std::memcpy(c->data, f->data, f->len);
+        c->len = f->len;
+        counters_.inc(Counter::tx_gsi_copies);
+        tx_batch_.push_back(c);
+      } else if (c != nullptr) {
+        port_.free_frame(c);
+      }
+    }
     counters_.inc(Counter::tx_loopback);
     if (!loopback_.push(f)) port_.free_frame(f);
+    if (tx_batch_.size() >= kTxBurst) flush_tx();
     return;
   }
   if (f->len > wire_frame_max_) {

@@ -306,7 +306,8 @@ class Engine {
   void run_tx();
   Frame* tx_alloc();
   void tx_frame(Frame* f);
-  bool is_local_dest(const Frame* f);  // a frame for our MAC: is its QP one of ours?
+  // A frame for our MAC: is its QP one of ours? `*gsi`: it is for QP1 (the CM's MADs).
+  bool is_local_dest(const Frame* f, bool* gsi);
   void flush_tx();
   Frame* build_packet(wire::RoceHeaders& h, size_t payload_len,
                       wire::FrameLayout* lay);

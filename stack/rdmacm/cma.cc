@@ -101,6 +101,22 @@ bool init() {
 ibv_context** ctxs() { return g_ctxs->data(); }
 int nctx() { return static_cast<int>(g_ctxs->size()); }
 
+/// The device's protection domain that librdmacm gives every id on it (id->pd, as rdma-core
+/// does once an id has its device): one per device, made when the first id needs it, kept
+/// for the process's life. Programs use it without making one (pyverbs' CMID.pd, an AH or an
+/// MR before any QP); rdma_create_qp without a PD puts the QP in it.
+ibv_pd* default_pd(ibv_context* verbs) {
+  if (verbs == nullptr) return nullptr;
+  static std::mutex mu;
+  static auto* pds = new std::vector<std::pair<ibv_context*, ibv_pd*>>;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [c, pd] : *pds)
+    if (c == verbs) return pd;
+  ibv_pd* pd = ibv_alloc_pd(verbs);
+  if (pd != nullptr) pds->emplace_back(verbs, pd);
+  return pd;
+}
+
 /// The id with handle `h`, with an event counted against it (so that rdma_destroy_id waits for
 /// its acknowledgement), or null if the id is being destroyed. Finding and counting happen
 /// under one lock: a destroy that has taken the id out of g_ids sees every count made.
@@ -353,6 +369,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   std::memcpy(&id->route.addr.src_storage, &bound, sizeof bound);
   id->verbs = verbs;
   id->port_num = verbs != nullptr ? 1 : 0;
+  if (id->pd == nullptr) id->pd = default_pd(verbs);
   return 0;
 }
 
@@ -371,6 +388,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
   std::memcpy(&id->route.addr.dst_storage, dst_addr, sa_len(dst_addr));
   id->verbs = verbs;
   id->port_num = 1;
+  if (id->pd == nullptr) id->pd = default_pd(verbs);
   set_ibaddr(id);
   if (priv(id)->sync) return sync_wait(id, RDMA_CM_EVENT_ADDR_RESOLVED);
   return 0;
@@ -574,6 +592,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       }
       p = new_id(l->id.channel, l->id.context, l->id.ps, l->id.qp_type, rec.handle);
       p->id.verbs = rec.verbs;
+      p->id.pd = default_pd(rec.verbs);
       p->id.port_num = 1;
       std::memcpy(&p->id.route.addr.src_storage, &rec.src, sizeof rec.src);
       std::memcpy(&p->id.route.addr.dst_storage, &rec.dst, sizeof rec.dst);

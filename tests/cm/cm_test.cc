@@ -159,6 +159,15 @@ struct CmFixture : ::testing::Test {
     ASSERT_EQ(m.init_qp_attr(h, &at, &mask), 0);
     ASSERT_EQ(s.engine->modify_qp(qp, &at, mask), 0) << "to state " << state;
   }
+  /// A's id resolved to `dst` (address, route) and its QP in INIT: ready to connect.
+  void resolve_active(const Endpoint& dst) {
+    ASSERT_EQ(cma->create(kActive, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+    ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), dst, 2000), 0);
+    ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
+    ASSERT_EQ(cma->resolve_route(kActive), 0);
+    qa = make_qp(a, {});
+    move(*cma, a, qa, kActive, IBV_QPS_INIT);
+  }
   /// B listens on kPort; A resolves B and sends its REQ.
   void listen_and_connect(uint16_t to_port = kPort, ibv_qp_type type = IBV_QPT_RC,
                           uint16_t ps = wire::kRdmaPsTcp) {
@@ -339,12 +348,7 @@ TEST_F(CmFixture, AConnectWithTooMuchPrivateDataIsRefusedAndLeavesTheIdAsItWas) 
   ASSERT_EQ(cmb->create(kListen, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
   ASSERT_EQ(cmb->bind(kListen, ep(kIpB, kPort)), 0);
   ASSERT_EQ(cmb->listen(kListen, 8), 0);
-  ASSERT_EQ(cma->create(kActive, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
-  ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), ep(kIpB, kPort), 2000), 0);
-  ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
-  ASSERT_EQ(cma->resolve_route(kActive), 0);
-  qa = make_qp(a, {});
-  move(*cma, a, qa, kActive, IBV_QPS_INIT);
+  resolve_active(ep(kIpB, kPort));
   cm::ConnParam p;
   p.qp_num = qa->qpn;
   const uint8_t room = wire::CmReq::kPrivateLen - wire::CmaIpHeader::kLen;
@@ -410,6 +414,32 @@ TEST_F(CmFixture, ConnectingToAPortNobodyHoldsIsRejectedAsInvalidServiceId) {
   EXPECT_FALSE(has(ev_b, cm::kConnectRequest));
   EXPECT_EQ(cmb->stats().rejects_sent, 1u);
   EXPECT_EQ(cma->state(kActive), cm::State::kClosed);
+}
+
+TEST_F(CmFixture, AMadToOurOwnAddressAlsoGoesOutForAnotherProcessOnTheInterface) {
+  // A client connecting to a server on its own host: the server may be another process on
+  // this interface, with its own connection manager, which only hears what goes out (the
+  // kernel shows each packet socket the frames the others send). Our CM gets the REQ too
+  // and leaves it (a service another process may hold).
+  start_cms(false);  // no unowned callback: the port may belong to another process
+  a.engine->set_neighbor(wire::ipv4_mapped_gid(kIpA), link.a().mac());
+  resolve_active(ep(kIpA, kPort));
+  cm::ConnParam p;
+  p.qp_num = qa->qpn;
+  ASSERT_EQ(cma->connect(kActive, p, nullptr, 0), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kUnreachable); }));  // nobody answered
+  const auto mac = link.a().mac();
+  size_t reqs_out = 0;
+  for (const auto& f : ta.sent)
+    if (is_mad(f) && mad_attr(f) == wire::cm_attr::kReq) {
+      EXPECT_TRUE(std::equal(mac.begin(), mac.end(), f.begin())) << "to our own MAC";
+      ++reqs_out;
+    }
+  EXPECT_EQ(reqs_out, 1u + timing.max_cm_retries);  // the REQ and each resend, on the wire
+  EXPECT_EQ(counter(a, Counter::tx_gsi_copies), reqs_out);
+  EXPECT_GE(counter(a, Counter::tx_loopback), reqs_out);  // and each to us
+  EXPECT_EQ(cma->stats().drop_not_ours, reqs_out);  // ours took each and left it alone
+  EXPECT_EQ(cma->stats().rejects_sent, 0u);
 }
 
 TEST_F(CmFixture, ALoopbackAddressBindsAndListensButNoRequestFromTheWireMatchesIt) {

@@ -5,9 +5,14 @@
 # Writes every test's outcome to OUT (tab-separated: id, outcome, the suite's reason) and
 # passes when the generic tests (not the vendor modules: mlx5, efa, cuda) have at least
 # MIN_PASS passes, no failure and no error.
-# Usage: pyverbs_suite.sh LIBDIR OUT [MIN_PASS]. Needs root (exit 77 = skipped otherwise).
+# With UROCE (the uroce tool), the suite runs under `uroce run`, as a user runs a verbs
+# program: the device then shows in /sys/class/infiniband with its network interface, which
+# the suite's connection manager tests look for (they run the two sides as two processes on
+# the one interface).
+# Usage: pyverbs_suite.sh LIBDIR OUT [MIN_PASS [UROCE]]. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
-lib=$1 out=$2 min_pass=${3:-86}
+lib=$1 out=$2 min_pass=${3:-86} uroce=${4:-}
+run=(); [ -z "$uroce" ] || run=("$uroce" run --)
 suite=/usr/share/doc/rdma-core/tests
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 [ -f "$suite/run_tests.py" ] || { echo "SKIP: python3-pyverbs (its test suite) not installed"; exit 77; }
@@ -31,8 +36,8 @@ veth_ns "$ns" 10.94.0.1/24
 cp -r "$suite" "$dir/tests"
 find "$dir/tests" -name '*.gz' -exec gunzip {} +
 rc=0
-(cd "$dir" && ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${ns}a" \
-   timeout 900 /usr/bin/python3 tests/run_tests.py --dev uroce0 --port 1 --gid 1 -v) \
+(cd "$dir" && ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_LIB_DIR="$lib" UROCE_IFACE="${ns}a" \
+   timeout 900 "${run[@]}" /usr/bin/python3 tests/run_tests.py --dev uroce0 --port 1 --gid 1 -v) \
    >"$dir/log" 2>&1 || rc=$?
 tail -n 4 "$dir/log"
 /usr/bin/python3 - "$dir/log" "$out" "$min_pass" "$rc" <<'PY'

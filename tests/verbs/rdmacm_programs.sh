@@ -113,6 +113,12 @@ done
 [ -n "$ll" ] && [ -n "$ll_a" ] || { echo "FAIL: no link-local address on ${tag}vb or ${tag}va"; exit 1; }
 run_pair "rping link-local IPv6" tcp:7174 "rdma-ping-4:" rping -s -a "$ll%${tag}vb" -C 5 -- rping -c -v -V -a "$ll%${tag}va" -C 5
 run_pair "rping, the server on every address" tcp:7174 "rdma-ping-4:" rping -s -C 5 -- rping -c -v -V -a 10.97.0.2 -C 5
+# A client and a server on one host: two processes on one interface, as two programs on one
+# RNIC. Each process's connection manager hears the MADs the other sends to their common
+# address (it used to keep them to itself: the client was UNREACHABLE).
+cli_ns=$nsB cli_if=${tag}vb
+run_pair "rping, client and server on one host" tcp:7174 "rdma-ping-4:" rping -s -a 10.97.0.2 -C 5 -- rping -c -v -V -a 10.97.0.2 -C 5
+cli_ns=$nsA cli_if=${tag}va
 run_pair "ucmatose (RC, 1 connection)" tcp:7471 "test complete" ucmatose -- ucmatose -s 10.97.0.2
 run_pair "ucmatose (RC, 4 connections, 20 messages)" tcp:7471 "test complete" ucmatose -c 4 -C 20 -- ucmatose -s 10.97.0.2 -c 4 -C 20
 run_pair "udaddy (UD, SIDR)" udp:7174 "test complete" udaddy -- udaddy -s 10.97.0.2

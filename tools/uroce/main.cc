@@ -191,31 +191,39 @@ std::vector<std::string> submounts(const std::string& root) {
   return out;
 }
 
-/// Gives the program the /dev/infiniband/<dev_name> character device that rdma-core's
-/// devices have and that some middleware checks for before it uses a device (UCX:
-/// uct_ib_device_is_accessible), without touching the real /dev: in a mount namespace of the
-/// program's own, /dev is an overlay whose upper layer (a tmpfs nobody else sees) holds
-/// infiniband/uverbs-<name> for each uroce device, made as /dev/null's device numbers (reading
-/// or writing it does nothing; uroce's library never opens it). Mounts under /dev (shm, pts,
-/// mqueue, hugepages) are bound back, so the program shares them with everyone as before.
-/// Needs root (CAP_SYS_ADMIN, CAP_MKNOD); without it nothing is done (README: UCX then does
-/// not list the device). Returns false with *why set to one line when a step failed; the
-/// program then runs without the node.
-bool give_dev_nodes(std::string* why) {
+/// Gives the program what a kernel RDMA device shows in the file system and what middleware
+/// and test suites look for, without touching the host's view: in a mount namespace of the
+/// program's own,
+/// - /dev is an overlay whose upper layer (a tmpfs nobody else sees) holds
+///   infiniband/uverbs-<name> for each uroce device, made as /dev/null's device numbers
+///   (reading or writing it does nothing; uroce's library never opens it): UCX lists a device
+///   only with its node (uct_ib_device_is_accessible). Mounts under /dev (shm, pts, mqueue,
+///   hugepages) are bound back, so the program shares them with everyone as before;
+/// - /sys/class is an overlay whose upper layer holds infiniband/<name>/device/net/<iface>, a
+///   link to /sys/class/net/<iface>, for each uroce device on a network interface: how
+///   rdma-core's own tests (and UCX) find a device's interface and so its IP address.
+/// Each only where the host has none of its own. Needs root (CAP_SYS_ADMIN, CAP_MKNOD);
+/// without it nothing is done (README: UCX then does not list the device). Returns false with
+/// *why set to one line when a step failed; the program then runs without them.
+bool give_device_files(std::string* why) {
   if (geteuid() != 0) return true;
   const char* off = std::getenv("UROCE_DEVNODE");
   if (off != nullptr && std::strcmp(off, "no") == 0) return true;
   uroce::config::Config cfg;
   std::string err;
   if (!uroce::config::load(uroce::config::process_env(), &cfg, &err)) return true;  // the library says
-  std::vector<std::string> names;
+  std::vector<std::string> names;                           // device nodes to make
+  std::vector<std::pair<std::string, std::string>> netdevs;  // (device, interface) for sysfs
   for (const auto& d : cfg.devices) {
     const std::string node = "/dev/infiniband/uverbs-" + d.name;
     struct stat st {};
-    if (stat(node.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) continue;  // there already
-    names.push_back("uverbs-" + d.name);
+    if (stat(node.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) names.push_back("uverbs-" + d.name);
+    if (!d.iface.empty() && d.iface.find('/') == std::string::npos &&
+        stat(("/sys/class/infiniband/" + d.name).c_str(), &st) != 0 &&
+        stat(("/sys/class/net/" + d.iface).c_str(), &st) == 0)
+      netdevs.emplace_back(d.name, d.iface);
   }
-  if (names.empty()) return true;
+  if (names.empty() && netdevs.empty()) return true;
   auto failed = [why](const char* step) {
     *why = std::string(step) + ": " + std::strerror(errno);
     return false;
@@ -225,47 +233,70 @@ bool give_dev_nodes(std::string* why) {
   // host makes later (a new network namespace's file, say) still show in the program's view.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
     return failed("making / a slave mount");
-  // A scratch tmpfs over /tmp (only in this namespace, and only until the overlay stands):
-  // the overlay's upper and work directories, and the old /dev to take the submounts from.
+  // A scratch tmpfs over /tmp (only in this namespace, and only until the overlays stand):
+  // their upper and work directories, and the old /dev and /sys/class to take from.
   char real_tmp[PATH_MAX];
   if (realpath("/tmp", real_tmp) == nullptr) return failed("/tmp");
-  const std::string tmp = real_tmp, up = tmp + "/up", work = tmp + "/work", old = tmp + "/old";
+  const std::string tmp = real_tmp, old = tmp + "/old", sys_old = tmp + "/sys_old";
   if (mount("uroce", tmp.c_str(), "tmpfs", MS_NOSUID, "mode=0755") != 0)
     return failed("a scratch tmpfs");
-  bool overlaid = false;
-  auto undo = [&](const char* step) {
+  std::vector<std::string> overlaid;
+  auto undo = [&](const std::string& step) {
     const int e = errno;
-    if (overlaid) umount2("/dev", MNT_DETACH);
+    for (const std::string& o : overlaid) umount2(o.c_str(), MNT_DETACH);
     umount2(old.c_str(), MNT_DETACH);
+    umount2(sys_old.c_str(), MNT_DETACH);
     umount2(tmp.c_str(), MNT_DETACH);
     errno = e;
-    return failed(step);
+    return failed(step.c_str());
   };
-  if (mkdir(up.c_str(), 0755) != 0 || mkdir(work.c_str(), 0755) != 0 ||
-      mkdir(old.c_str(), 0755) != 0)
-    return undo("scratch directories");
-  if (mount("/dev", old.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
-    return undo("binding /dev");
-  const std::string opts = "lowerdir=" + old + ",upperdir=" + up + ",workdir=" + work;
-  if (mount("overlay", "/dev", "overlay", MS_NOSUID, opts.c_str()) != 0)
-    return undo("an overlay over /dev");
-  overlaid = true;
-  for (const std::string& m : submounts(old)) {
-    // A real /dev/infiniband mounted in (a container's RDMA devices) stays below the
-    // overlay: binding it back would put our node into it.
-    if (m == "infiniband" || m.rfind("infiniband/", 0) == 0) continue;
-    const std::string from = old + "/" + m, to = "/dev/" + m;
-    if (mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
-      return undo(("binding /dev/" + m + " back").c_str());
+  // An overlay over `target`: its own contents bound at `lower`, `up` (made already, with
+  // what the program is to see besides) the upper layer.
+  auto overlay = [&](const std::string& target, const std::string& lower, const std::string& up) {
+    const std::string work = up + ".work";
+    if (mkdir(lower.c_str(), 0755) != 0 || mkdir(work.c_str(), 0755) != 0) return false;
+    if (mount(target.c_str(), lower.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) return false;
+    const std::string opts = "lowerdir=" + lower + ",upperdir=" + up + ",workdir=" + work;
+    if (mount("overlay", target.c_str(), "overlay", MS_NOSUID, opts.c_str()) != 0) return false;
+    overlaid.push_back(target);
+    return true;
+  };
+  if (!names.empty()) {
+    const std::string up = tmp + "/up";
+    if (mkdir(up.c_str(), 0755) != 0) return undo("a scratch directory");
+    if (!overlay("/dev", old, up)) return undo("an overlay over /dev");
+    for (const std::string& m : submounts(old)) {
+      // A real /dev/infiniband mounted in (a container's RDMA devices) stays below the
+      // overlay: binding it back would put our node into it.
+      if (m == "infiniband" || m.rfind("infiniband/", 0) == 0) continue;
+      const std::string from = old + "/" + m, to = "/dev/" + m;
+      if (mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+        return undo("binding /dev/" + m + " back");
+    }
+    if (mkdir("/dev/infiniband", 0755) != 0 && errno != EEXIST) return undo("/dev/infiniband");
+    for (const std::string& n : names) {
+      const std::string node = "/dev/infiniband/" + n;
+      if (mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) return undo(node);
+      chmod(node.c_str(), 0666);  // past the umask
+    }
   }
-  if (mkdir("/dev/infiniband", 0755) != 0 && errno != EEXIST) return undo("/dev/infiniband");
-  for (const std::string& n : names) {
-    const std::string node = "/dev/infiniband/" + n;
-    if (mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) return undo(node.c_str());
-    chmod(node.c_str(), 0666);  // past the umask
+  if (!netdevs.empty()) {
+    // Written into the upper layer before the overlay stands (sysfs below takes no writes).
+    const std::string up = tmp + "/sys_up", ib = up + "/infiniband";
+    if (mkdir(up.c_str(), 0755) != 0 || mkdir(ib.c_str(), 0755) != 0)
+      return undo("a scratch directory");
+    for (const auto& [name, iface] : netdevs) {
+      const std::string dev = ib + "/" + name, net = dev + "/device/net";
+      for (const std::string& d : {dev, dev + "/device", net})
+        if (mkdir(d.c_str(), 0755) != 0) return undo(d);
+      if (symlink(("/sys/class/net/" + iface).c_str(), (net + "/" + iface).c_str()) != 0)
+        return undo(net + "/" + iface);
+    }
+    if (!overlay("/sys/class", sys_old, up)) return undo("an overlay over /sys/class");
   }
   umount2(old.c_str(), MNT_DETACH);
-  umount2(tmp.c_str(), MNT_DETACH);  // /tmp is the real one again; the overlay keeps its layers
+  umount2(sys_old.c_str(), MNT_DETACH);
+  umount2(tmp.c_str(), MNT_DETACH);  // /tmp is the real one again; the overlays keep their layers
   return true;
 }
 
@@ -283,10 +314,10 @@ int exec_with_uroce(char** cmd) {
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0')
     path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
-  if (std::string why; !give_dev_nodes(&why))
+  if (std::string why; !give_device_files(&why))
     std::fprintf(stderr,
-                 "uroce: no /dev/infiniband node for the program (%s): UCX will not list the "
-                 "device; set UROCE_DEVNODE=no to skip this step\n",
+                 "uroce: no /dev/infiniband node or /sys/class/infiniband entry for the program "
+                 "(%s): UCX will not list the device; set UROCE_DEVNODE=no to skip this step\n",
                  why.c_str());
   execvp(cmd[0], cmd);
   std::fprintf(stderr, "uroce: cannot run %s: %s\n", cmd[0], std::strerror(errno));
