@@ -49,7 +49,6 @@ struct IdPriv {
   ibv_sa_path_rec path{};
   ibv_qp_init_attr qp_init{};  // rdma_create_ep on a passive id: QPs for its requests
   bool has_qp_init = false;
-  bool own_pd = false;
   bool own_cqs = false;
   std::vector<McPriv> mcs;  // under mu
 };
@@ -414,11 +413,8 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (id->qp != nullptr) return fail(EINVAL);
   IdPriv* p = priv(id);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
-    if (id->pd == nullptr) {
-      id->pd = ibv_alloc_pd(id->verbs);
-      if (id->pd == nullptr) return -1;
-      p->own_pd = true;
-    }
+    if (id->pd == nullptr) id->pd = default_pd(id->verbs);
+    if (id->pd == nullptr) return -1;
     attr->pd = id->pd;
     attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
   }
@@ -922,7 +918,6 @@ int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
 void rdma_destroy_ep(rdma_cm_id* id) {
   if (id == nullptr) return;
   if (id->qp != nullptr) rdma_destroy_qp(id);
-  if (priv(id)->own_pd && id->pd != nullptr) ibv_dealloc_pd(id->pd);
   rdma_destroy_id(id);
 }
 

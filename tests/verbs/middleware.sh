@@ -52,7 +52,7 @@ echo "ok: ucx_info -d: rc_verbs and ud_verbs on uroce0:1"
 # find the device's network interface; the rest of /sys/class stays the real one.
 netdev=$(run_in "$nsA" "${tag}va" ls /sys/class/infiniband/uroce0/device/net/ 2>&1) || true
 mac=$(run_in "$nsA" "${tag}va" cat "/sys/class/infiniband/uroce0/device/net/${tag}va/address" 2>&1) || true
-[ "$netdev" = "${tag}va" ] && [ "$mac" = "$(ip -n "$nsA" -j link show "${tag}va" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["address"])')" ] \
+[ "$netdev" = "${tag}va" ] && [ "$mac" = "$(ip netns exec "$nsA" cat "/sys/class/net/${tag}va/address")" ] \
   || { echo "FAIL: /sys/class/infiniband/uroce0/device/net under uroce run: '$netdev', '$mac'"; exit 1; }
 [ ! -e /sys/class/infiniband/uroce0 ] || { echo "FAIL: the device showed in the real /sys/class"; exit 1; }
 echo "ok: uroce run: /sys/class/infiniband/uroce0/device/net/$netdev ($mac), not in the real /sys/class"
