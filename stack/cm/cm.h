@@ -125,6 +125,9 @@ class ConnectionManager {
   // ---- The verbs of rdma_cm (0 or a positive errno) ------------------------------------------
   int create(uint64_t handle, uint16_t ps, ibv_qp_type type);
   /// Forgets the id. A connected one sends DREQ first; one with a request pending, REJ.
+  /// Called from inside the sink (the receiver of an event gives up on its id: a connection
+  /// request whose listener is gone), it is done as soon as the sink has returned into
+  /// poll(), or at the next poll().
   void destroy(uint64_t handle);
   /// The process is going away (exit, or its last ibv_close_device): every id is destroyed
   /// as above, so each peer hears DREQ (or REJ) once, as the kernel's rdma_cm does when a
@@ -236,6 +239,9 @@ class ConnectionManager {
   bool backlog_full(const Id& listener);
   uint32_t new_comm_id();
   uint64_t new_tid();
+  /// Hands `e` to the sink (destroy() defers while it runs).
+  void sink(const Event& e);
+  void destroy_doomed();
 
   Engine& engine_;
   Sink sink_;
@@ -249,6 +255,8 @@ class ConnectionManager {
   std::unordered_map<uint32_t, Id*> by_comm_id_;
   uint64_t next_deadline_ = UINT64_MAX;
   Stats stats_;
+  int sinking_ = 0;                // the sink is running
+  std::vector<uint64_t> doomed_;   // ids it destroyed meanwhile
 };
 
 }  // namespace uroce::cm

@@ -101,7 +101,7 @@ void ConnectionManager::emit(const Id& id, int type, int status, const uint8_t* 
   len = std::min<uint8_t>(len, static_cast<uint8_t>(e.pdata.size()));
   if (pdata != nullptr && len > 0) std::memcpy(e.pdata.data(), pdata, len);
   e.pdata_len = pdata != nullptr ? len : 0;
-  sink_(e);
+  sink(e);
 }
 
 void ConnectionManager::set_state(Id& id, State s) { id.state = s; }
@@ -127,7 +127,23 @@ int ConnectionManager::create(uint64_t handle, uint16_t ps, ibv_qp_type type) {
   return 0;
 }
 
+void ConnectionManager::sink(const Event& e) {
+  ++sinking_;
+  sink_(e);
+  --sinking_;
+}
+
+void ConnectionManager::destroy_doomed() {
+  std::vector<uint64_t> doomed;
+  doomed.swap(doomed_);
+  for (uint64_t h : doomed) destroy(h);
+}
+
 void ConnectionManager::destroy(uint64_t handle) {
+  if (sinking_ > 0) {  // from inside the sink: the caller of emit() may still hold the id
+    doomed_.push_back(handle);
+    return;
+  }
   Id* id = find(handle);
   if (id == nullptr) return;
   tell_peer_gone(*id);
@@ -218,7 +234,7 @@ int ConnectionManager::join_multicast(uint64_t handle, const wire::Gid& group) {
   std::memcpy(e.ah.grh.dgid.raw, group.data(), 16);
   e.ah.grh.sgid_index = static_cast<uint8_t>(sgid);
   e.ah.grh.hop_limit = 64;
-  sink_(e);
+  sink(e);
   return 0;
 }
 
@@ -333,11 +349,13 @@ bool ConnectionManager::addresses(uint64_t handle, Endpoint* src, Endpoint* dst)
 
 size_t ConnectionManager::poll() {
   size_t work = 0;
+  destroy_doomed();  // given up on by a sink called outside poll()
   GsiMad m;
   while (engine_.pop_mad(&m)) {
     on_mad(m);
     ++work;
   }
+  destroy_doomed();
   const uint64_t now = engine_.now();
   if (now < next_deadline_) return work;
   // Timers and resolutions.
@@ -372,6 +390,7 @@ size_t ConnectionManager::poll() {
       ++work;
     }
   }
+  destroy_doomed();
   recompute_deadline();
   // Resolutions under way are looked at again soon (the engine's ARP retries drive them).
   for (const auto& [h, id] : ids_)

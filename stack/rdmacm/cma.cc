@@ -301,11 +301,12 @@ rdma_event_channel* rdma_create_event_channel(void) {
 
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
-  uroce_cm_channel_destroy(channel->fd);
   // The 4-byte struct is kept (fd -1), not freed: programs such as rping destroy the channel
   // while their event thread is on its way back into rdma_get_cm_event, which then waits
-  // on (block_forever) instead of reading freed memory or failing the program.
-  channel->fd = -1;
+  // on (block_forever) instead of reading freed memory or failing the program. The number
+  // goes first (atomically: that thread reads it), so that a reader that finds the channel
+  // gone also finds -1.
+  uroce_cm_channel_destroy(__atomic_exchange_n(&channel->fd, -1, __ATOMIC_ACQ_REL));
 }
 
 int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
@@ -566,11 +567,11 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   for (;;) {
     // A channel destroyed before or during the call (the application's other thread did it):
     // wait on, as a read of the kernel's rdma_cm file does once it was begun.
-    const int fd = channel->fd;
+    const int fd = __atomic_load_n(&channel->fd, __ATOMIC_ACQUIRE);
     if (fd < 0) block_forever();
     uroce_cm_event rec;
     if (int r = uroce_cm_get_event(fd, &rec); r != 0) {
-      if (r == EBADF && channel->fd < 0) block_forever();
+      if (r == EBADF && __atomic_load_n(&channel->fd, __ATOMIC_ACQUIRE) < 0) block_forever();
       return fail(r);
     }
     auto* e = new EventPriv;
@@ -679,7 +680,10 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     // A connection request is counted against its listener, not the new id, which the
     // program may destroy before it acknowledges the event: only the id it is counted
     // against points back at it (and the acknowledgement clears that).
-    if (e->counted == p) id->event = &ev;
+    if (e->counted == p) {
+      std::lock_guard<std::mutex> lock(p->mu);  // an acknowledgement may be clearing it
+      id->event = &ev;
+    }
     *event = &ev;
     return 0;
   }
@@ -691,8 +695,8 @@ int rdma_ack_cm_event(rdma_cm_event* event) {
   if (IdPriv* p = e->counted) {
     // Before the acknowledgement counts: from then on rdma_destroy_id may free the id. (A
     // connection request's new id is not p, and may be gone already: it is not read.)
-    if (p->id.event == event) p->id.event = nullptr;
     std::lock_guard<std::mutex> lock(p->mu);
+    if (p->id.event == event) p->id.event = nullptr;
     ++p->events_acked;
     p->cv.notify_all();
   }

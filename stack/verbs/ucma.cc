@@ -180,13 +180,24 @@ void deliver(Runtime* rt, const cm::Event& e) {
   to_sockaddr(e.dst, &out.dst, &e.src);
   out.private_data_len = e.pdata_len;
   std::memcpy(out.private_data, e.pdata.data(), e.pdata_len);
+  const bool request = e.type == cm::kConnectRequest;
+  // A connection request nobody will see (its listener or the listener's channel is gone):
+  // its id is destroyed, which answers the peer with a REJ at once, as the kernel's rdma_cm
+  // does for a listener's undelivered requests; left alone, the peer would wait for its REQ
+  // to time out. (The CM does it once this event's delivery has returned.)
+  auto refuse = [&] {
+    if (request) rt->cm->destroy(e.handle);
+  };
   std::shared_ptr<Channel> ch;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_ids->find(e.handle);
-    if (e.type == cm::kConnectRequest) {
+    if (request) {
       auto l = g_ids->find(e.listen_handle);
-      if (l == g_ids->end()) return;
+      if (l == g_ids->end() || g_channels->find(l->second.ch_fd) == g_channels->end()) {
+        refuse();
+        return;
+      }
       IdRec rec;
       rec.ch_fd = l->second.ch_fd;
       rec.ps = l->second.ps;
@@ -205,11 +216,45 @@ void deliver(Runtime* rt, const cm::Event& e) {
     if (c == g_channels->end()) return;
     ch = c->second;
   }
-  std::lock_guard<std::mutex> lock(ch->mu);
-  if (ch->fd < 0) return;  // destroyed meanwhile
+  std::unique_lock<std::mutex> lock(ch->mu);
+  if (ch->fd < 0) {  // destroyed meanwhile
+    lock.unlock();
+    if (request) {
+      std::lock_guard<std::mutex> ids(g_mu);
+      g_ids->erase(e.handle);
+    }
+    refuse();
+    return;
+  }
   ch->q.push_back(out);
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t r = write(ch->fd, &one, sizeof one);
+}
+
+/// Takes the connection requests waiting in `ch` for listener `listener` (every one if 0) out
+/// of the queue and forgets their new ids, adding them to `out` (g_mu and ch->mu held).
+void take_requests(Channel& ch, uint64_t listener, std::vector<std::pair<uint64_t, IdRec>>* out) {
+  for (auto e = ch.q.begin(); e != ch.q.end();) {
+    if (e->event == cm::kConnectRequest && (listener == 0 || e->listen_handle == listener)) {
+      if (auto it = g_ids->find(e->handle); it != g_ids->end()) {
+        out->emplace_back(e->handle, it->second);
+        g_ids->erase(it);
+      }
+      e = ch.q.erase(e);
+    } else {
+      ++e;
+    }
+  }
+}
+
+/// Destroys the ids of requests nobody will see (take_requests): each peer hears a REJ now,
+/// as from the kernel's rdma_cm when a listener goes with requests not yet read. No lock held.
+void refuse_requests(const std::vector<std::pair<uint64_t, IdRec>>& reqs) {
+  for (const auto& [h, rec] : reqs)
+    for (const auto& [rt, ctx] : rec.devs) {
+      EngineLock lock(rt);
+      cm_of(rt)->destroy(h);
+    }
 }
 
 /// Creates the id in `c` with the options it was given.
@@ -311,9 +356,15 @@ void uroce_cm_channel_destroy(int fd) {
   }
   // A delivery that found the channel before it left g_channels writes under ch->mu: once
   // fd is -1 nobody writes the number, which the kernel may hand out again after close.
-  std::lock_guard<std::mutex> lock(ch->mu);
-  ch->fd = -1;
-  close(fd);
+  std::vector<std::pair<uint64_t, IdRec>> reqs;
+  {
+    std::lock_guard<std::mutex> ids(g_mu);
+    std::lock_guard<std::mutex> lock(ch->mu);
+    ch->fd = -1;
+    close(fd);
+    take_requests(*ch, 0, &reqs);
+  }
+  refuse_requests(reqs);
 }
 
 int uroce_cm_get_event(int fd, uroce_cm_event* ev) {
@@ -360,6 +411,7 @@ uint64_t uroce_cm_create_id(int channel_fd, int ps, int qp_type) {
 
 void uroce_cm_destroy_id(uint64_t h) {
   IdRec rec;
+  std::vector<std::pair<uint64_t, IdRec>> reqs;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_ids->find(h);
@@ -370,12 +422,14 @@ void uroce_cm_destroy_id(uint64_t h) {
     if (c != g_channels->end()) {
       std::lock_guard<std::mutex> cl(c->second->mu);
       std::erase_if(c->second->q, [h](const uroce_cm_event& e) { return e.handle == h; });
+      take_requests(*c->second, h, &reqs);  // a listener's requests not yet read
     }
   }
   for (const auto& [rt, ctx] : rec.devs) {
     EngineLock lock(rt);
     cm_of(rt)->destroy(h);
   }
+  refuse_requests(reqs);
   if (rec.port_fd >= 0) close(rec.port_fd);
 }
 

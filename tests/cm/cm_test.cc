@@ -701,6 +701,51 @@ TEST_F(CmFixture, AnApplicationsRejectCarriesItsReasonAndPrivateData) {
   EXPECT_EQ(e->pdata[1], 'o');
 }
 
+TEST_F(CmFixture, AnIdDestroyedFromInsideTheEventSinkIsRejectedOnceTheSinkReturns) {
+  // The provider's sink destroys a connection request's new id when its listener is gone
+  // (the program destroyed it meanwhile): from inside poll(), while the CM still holds it.
+  // The peer must hear a REJ at once, not wait for its REQ to time out.
+  timing.cm_response_timeout = 20;  // a resend only after 4.3 s: a REJ is all that ends it
+  start_cms(false);
+  cmb = std::make_unique<ConnectionManager>(
+      *b.engine,
+      [this](const Event& e) {
+        ev_b.push_back(e);
+        if (e.type == cm::kConnectRequest) cmb->destroy(e.handle);
+      },
+      [this] { return next_b++; }, 22, timing);
+  listen_and_connect();
+  const uint64_t start = now;
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kRejected); }, 100'000'000));
+  EXPECT_LT(now - start, 10'000'000u);  // the round trip, no resend
+  EXPECT_EQ(last(ev_a, cm::kRejected)->status, 28);  // consumer reject, as the kernel's
+  ASSERT_TRUE(has(ev_b, cm::kConnectRequest));
+  EXPECT_EQ(cmb->state(last(ev_b, cm::kConnectRequest)->handle), cm::State::kClosed);
+  EXPECT_EQ(cmb->id_count(), 1u);  // the listener
+  EXPECT_EQ(cmb->stats().rejects_sent, 1u);
+}
+
+TEST_F(CmFixture, ASinkMayDestroyAnyIdEvenWhileTheCmWalksItsIds) {
+  // ADDR_RESOLVED comes from the CM's walk over its ids: an id destroyed by the sink right
+  // then must not be erased under the walk (each is destroyed once the walk is over).
+  cma = std::make_unique<ConnectionManager>(
+      *a.engine,
+      [this](const Event& e) {
+        ev_a.push_back(e);
+        if (e.type == cm::kAddrResolved) cma->destroy(e.handle);
+      },
+      [this] { return next_a++; }, 21, timing);
+  for (uint64_t h = 1; h <= 8; ++h) {
+    ASSERT_EQ(cma->create(h, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+    ASSERT_EQ(cma->resolve_addr(h, ep(kIpA, static_cast<uint16_t>(40000 + h)), ep(kIpB, kPort),
+                                2000),
+              0);
+  }
+  ASSERT_TRUE(run([&] { return ev_a.size() == 8; }));
+  for (const Event& e : ev_a) EXPECT_EQ(e.type, cm::kAddrResolved);
+  EXPECT_EQ(cma->id_count(), 0u);
+}
+
 TEST_F(CmFixture, SidrGivesAUdClientTheServersQpnAndQkey) {
   start_cms();
   listen_and_connect(kPort, IBV_QPT_UD, wire::kRdmaPsUdp);

@@ -235,6 +235,22 @@ for how in exit return; do
          cat "$dir/server.log" "$dir/client.log"; exit 1; }
   echo "ok: a client that left by $how (exit $rc): the server heard DISCONNECTED, ended in $((SECONDS - t0)) s"
 done
+# A listener destroyed with a connection request it never read: the kernel's rdma_cm destroys
+# the request's new id with it, and the client hears REJECTED (consumer reject, 28) at once.
+# (uroce answered nothing: the client's REQ went on until it timed out, 17 s.)
+in_ns_bg "$nsB" "${tag}vb" "$leaver" 10.97.0.2 7991 unread 20 >"$dir/server.log" 2>&1 &
+server=$!
+wait_listen "$nsB" 7991 "$server" || { cat "$dir/server.log"; exit 1; }
+t0=$SECONDS; rc=0
+in_ns "$nsA" "${tag}va" "$leaver" 10.97.0.2 7991 connect >"$dir/client.log" 2>&1 || rc=$?
+took=$((SECONDS - t0))
+grep -q "RDMA_CM_EVENT_REJECTED, status 28" "$dir/client.log" && [ "$rc" = 3 ] && [ "$took" -lt 5 ] &&
+  grep -q "request unread" "$dir/server.log" && clean "$dir/server.log" "$dir/client.log" \
+  || { echo "FAIL: a listener destroyed with an unread request: the client (exit $rc after $took s) was not rejected at once"
+       cat "$dir/client.log" "$dir/server.log"; exit 1; }
+stop_server "$server" "$nsB" 7991
+echo "ok: a listener destroyed with a request unread: the client was rejected (28) in $took s"
+
 # SIGKILL leaves nothing to tell the peer (no library code runs): the survivor learns from its
 # own traffic, its RC QP failing after the retry budget. ib_write_bw's client, which keeps
 # WRITEs outstanding all the time, fails with a work completion error and ends instead of
