@@ -5,6 +5,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/file.h>
@@ -73,6 +74,25 @@ int find_wait_fd(const std::set<int>& fds) {
   }
   return tun;
 }
+
+/// Inside a port's burst and frame calls, the calling thread takes the EAL main lcore's id.
+/// The mbuf pools keep a cache per lcore, but the threads that drive a port (the progress
+/// thread, the application's own) are not EAL threads: rte_lcore_id() is LCORE_ID_ANY for
+/// them, and every mbuf allocated or freed, by us or inside the PMD, went through the pool's
+/// shared ring (a seventh of a memif receiver's time, the ring's compare-and-swap and its
+/// cache misses). A port is driven by one thread at a time (the engine's lock), and each port
+/// has a pool of its own, so the main lcore's cache of that pool is never used by two threads
+/// at once. rte_thread_register() would give only one thread an id, and only for good.
+class MainLcore {
+ public:
+  MainLcore() : saved_(RTE_PER_LCORE(_lcore_id)) { RTE_PER_LCORE(_lcore_id) = rte_get_main_lcore(); }
+  ~MainLcore() { RTE_PER_LCORE(_lcore_id) = saved_; }
+  MainLcore(const MainLcore&) = delete;
+  MainLcore& operator=(const MainLcore&) = delete;
+
+ private:
+  unsigned saved_;
+};
 
 // Each mbuf carries its Frame in the private area just after the rte_mbuf header.
 Frame* frame_of(rte_mbuf* m) { return static_cast<Frame*>(rte_mbuf_to_priv(m)); }
@@ -369,6 +389,7 @@ DpdkPort::~DpdkPort() {
 }
 
 uint16_t DpdkPort::rx_burst(uint64_t, std::span<Frame*> out) {
+  MainLcore lcore;
   rte_mbuf* m[64];
   const uint16_t want = static_cast<uint16_t>(std::min<size_t>(out.size(), 64));
   const uint16_t n = rte_eth_rx_burst(port_id_, 0, m, want);
@@ -384,6 +405,7 @@ uint16_t DpdkPort::rx_burst(uint64_t, std::span<Frame*> out) {
 }
 
 uint16_t DpdkPort::tx_burst(uint64_t, std::span<Frame* const> frames) {
+  MainLcore lcore;
   rte_mbuf* m[64];
   uint16_t sent = 0;
   while (sent < frames.size()) {
@@ -403,6 +425,7 @@ uint16_t DpdkPort::tx_burst(uint64_t, std::span<Frame* const> frames) {
 }
 
 Frame* DpdkPort::alloc_frame() {
+  MainLcore lcore;
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (m == nullptr) return nullptr;
   Frame* f = wrap(m);
@@ -411,7 +434,10 @@ Frame* DpdkPort::alloc_frame() {
   return f;
 }
 
-void DpdkPort::free_frame(Frame* f) { rte_pktmbuf_free(static_cast<rte_mbuf*>(f->cookie)); }
+void DpdkPort::free_frame(Frame* f) {
+  MainLcore lcore;
+  rte_pktmbuf_free(static_cast<rte_mbuf*>(f->cookie));
+}
 
 DpdkPort::Stats DpdkPort::stats() const {
   rte_eth_stats s{};

@@ -9,7 +9,8 @@
 // calling thread may already use, whose affinity it restores) and up until the process exits;
 // several ports may
 // share it, and a port closed is removed from DPDK entirely. Every descriptor DPDK opens is
-// made close-on-exec.
+// made close-on-exec. A port is driven by one thread at a time (the engine's lock): its
+// mbuf pool's per-lcore cache counts on that (dpdk_port.cc, MainLcore).
 #pragma once
 
 #include <array>
