@@ -28,7 +28,7 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
       mac_(port.mac()),
       mrs_(cfg.max_mr, cfg.key_seed),
       active_(cfg.max_qp),
-      events_(4096),
+      events_(std::max<uint32_t>(cfg.max_async_events, 1)),
       loopback_(4096),
       gsi_rx_(kGsiQueue) {
   gids_.push_back(link_local_gid(mac_));

@@ -64,6 +64,7 @@ struct EngineConfig {
   uint16_t vlan_id = 0;                // 0: untagged
   ibv_mtu active_mtu = IBV_MTU_4096;   // port's active MTU (capped by the port's frame size)
   uint32_t max_qp = 4096;
+  uint32_t max_async_events = 4096;  // events (QP/CQ/SRQ errors, port changes) waiting for a pass
   uint32_t max_qp_wr = 16384;
   uint32_t max_sge = kMaxSge;
   uint32_t max_inline = kMaxInline;

@@ -1,7 +1,8 @@
 // A hashed timing wheel for the transport's per-QP timers (retransmission, RNR wait,
-// ACK coalescing). Arming, re-arming and cancelling are O(1); advancing costs one slot per
-// tick elapsed (bounded by the wheel size) plus the timers found there, so thousands of QPs
-// with armed timers stay cheap. Time is whatever the caller passes in (nanoseconds).
+// ACK coalescing). Arming, re-arming and cancelling are O(1); advancing visits the occupied
+// slots among those the elapsed ticks cover (a word of the slot bitmap per 64 empty ones,
+// bounded by the wheel size) plus the timers found there, so thousands of QPs with armed
+// timers stay cheap. Time is whatever the caller passes in (nanoseconds).
 //
 // Timers are intrusive: a Timer lives inside its owner (a QP) and the wheel links it into a
 // slot's list. Nothing allocates after construction.
@@ -32,10 +33,11 @@ class TimerWheel {
 
   /// `tick_ns` is the resolution; `slots` * `tick_ns` is the span a lap covers (timers further
   /// out simply stay in their slot for more laps).
+  /// `slots` is rounded up to a multiple of 64 (a word of the occupancy bitmap).
   explicit TimerWheel(uint64_t start_ns = 0, uint64_t tick_ns = 1024, size_t slots = 4096)
       : tick_ns_(tick_ns),
-        heads_(slots + 1, nullptr),
-        occupied_((slots + 1 + 63) / 64, 0),
+        heads_((slots + 63) / 64 * 64 + 1, nullptr),
+        occupied_(heads_.size() / 64 + 1, 0),
         now_tick_(start_ns / tick_ns) {}
 
   /// Arms (or re-arms) `t` to fire at the first advance() with now >= expires_ns.
@@ -73,8 +75,19 @@ class TimerWheel {
     const uint64_t last = target - now_tick_ >= slots ? now_tick_ + slots - 1 : target;
     // First move every due timer to the pending list (slot now_tick_ itself may hold timers
     // armed after the previous advance), then fire them one by one.
-    for (uint64_t tick = now_tick_; tick <= last; ++tick) {
-      Timer* t = heads_[tick % slots];
+    // Only the slots that hold timers are visited (the bitmap, a word at a time): an engine
+    // polled after a long idle spell does not walk a whole lap of empty slots.
+    for (uint64_t tick = now_tick_; tick <= last;) {
+      const size_t slot = tick % slots;
+      const uint64_t ahead = occupied_[slot / 64] >> (slot % 64);
+      if (ahead == 0 || (ahead & 1) == 0) {
+        // On to the next occupied slot in this word, or to the next word (the wrap back to
+        // slot 0 comes at a word boundary: slots is a multiple of 64).
+        tick += ahead == 0 ? 64 - slot % 64 : static_cast<uint64_t>(std::countr_zero(ahead));
+        continue;
+      }
+      Timer* t = heads_[slot];
+      ++tick;
       while (t != nullptr) {
         Timer* next = t->next;
         if (t->expires_ns <= now_ns) {

@@ -1,5 +1,7 @@
 #include "wire/packet.h"
 
+#include <algorithm>
+
 namespace uroce::wire {
 
 namespace {
@@ -183,11 +185,11 @@ size_t build_frame(const RoceHeaders& h, Bytes payload, MutBytes out, const Buil
   if (out.size() < len) return 0;
   const FrameLayout lay = emit_headers(h, payload.size(), out);
   if (lay.len == 0) return 0;
-  for (size_t i = 0; i < payload.size(); ++i) out[lay.payload_off + i] = payload[i];
+  std::copy(payload.begin(), payload.end(), out.begin() + static_cast<ptrdiff_t>(lay.payload_off));
   for (size_t i = 0; i < x.pad.size() && lay.payload_off + payload.size() + i < lay.icrc_off; ++i)
     out[lay.payload_off + payload.size() + i] = x.pad[i];
   seal_frame(out, lay);
-  for (size_t i = 0; i < x.trailer.size(); ++i) out[lay.len + i] = x.trailer[i];
+  std::copy(x.trailer.begin(), x.trailer.end(), out.begin() + static_cast<ptrdiff_t>(lay.len));
   return len;
 }
 

@@ -361,9 +361,11 @@ TEST(TimerWheel, DefaultGeometryWorks) {
 // 5000 QP-like owners with two timers each (retransmit, RNR), seeded random expiries over
 // many laps, random advance steps, callbacks that restart some timers, and random cancels and
 // re-arms between advances. A model says which timers must fire at each advance.
-TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
+/// Thousands of timers armed, re-armed and cancelled at random between advances of random
+/// size (1 ns to `max_step`), checked against the model at every advance.
+void random_timers(size_t slots, uint64_t max_step, uint64_t seed) {
   constexpr size_t kOwners = 5000;
-  TimerWheel w(1'000'000, 1024, 4096);  // lap: ~4.2 ms
+  TimerWheel w(1'000'000, 1024, slots);
   struct QpLike {
     Timer t[2];
     uint64_t expect[2] = {0, 0};
@@ -371,7 +373,7 @@ TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
     int fires = 0;
   };
   std::vector<QpLike> qps(kOwners);
-  std::mt19937_64 rng(12345);
+  std::mt19937_64 rng(seed);
   auto rnd = [&](uint64_t lo, uint64_t hi) {
     return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
   };
@@ -406,7 +408,8 @@ TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
         arm(q, k, now + rnd(1, 10'000'000));
       }
     }
-    const uint64_t next = now + rnd(1, 60'000);
+    // Mostly short steps, now and then one of any size up to max_step (laps, for a small wheel).
+    const uint64_t next = now + (rnd(0, 9) == 0 ? rnd(1, max_step) : rnd(1, 60'000));
     // Expected: exactly the armed timers with expiry <= next, in expiry order.
     std::vector<std::pair<uint64_t, const Timer*>> due;
     for (auto& q : qps)
@@ -450,6 +453,16 @@ TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
   EXPECT_EQ(w.advance(end, [](Timer&) {}), left);
   EXPECT_EQ(w.armed_count(), 0u);
   EXPECT_GT(total_fired, kOwners);  // the run really exercised the wheel
+}
+
+TEST(TimerWheel, ThousandsOfTimersFireExactlyOnceAtTheRightTime) {
+  random_timers(4096, 60'000, 12345);  // the engine's wheel (a lap: ~4.2 ms), short steps
+}
+
+TEST(TimerWheel, ThousandsOfTimersOnASmallWheelWithStepsOfSeveralLaps) {
+  // 128 slots (a lap: 131 us): steps of up to 40 ms cross hundreds of laps, and advance()
+  // skips runs of empty slots a bitmap word at a time.
+  random_timers(128, 40'000'000, 777);
 }
 
 }  // namespace
