@@ -1,12 +1,12 @@
-// uroce's XDP program for net_af_xdp (compiled with clang -target bpf, embedded in the
-// library). It hands the AF_XDP socket only the frames uroce is for: UDP to port 4791
+// uroce's XDP program for its AF_XDP port (drivers/xdp/xdp_port.cc; compiled with clang
+// -target bpf, embedded in the library). It hands the AF_XDP socket only the frames uroce is for: UDP to port 4791
 // (RoCEv2) addressed to one of the device's own IP addresses, or to a multicast group; every
 // other frame (ARP, ICMP, the kernel's TCP and UDP, RoCE for other addresses) goes on to the
 // kernel as if no program were there. DPDK's default program instead redirects every frame of
 // the queue, and the kernel's own traffic on the interface stops.
 //
-// Maps (uroce fills them after DPDK has attached the program):
-//   xsks_map     the queue's AF_XDP socket, by receive queue index (DPDK inserts it)
+// Maps (uroce fills them once it has attached the program):
+//   xsks_map     the AF_XDP sockets, by receive queue index (one on every queue)
 //   uroce_addrs  the device's addresses, 16 bytes each (IPv4 as ::ffff:a.b.c.d)
 //   uroce_count  per-CPU counters: [0] frames redirected, [1] frames passed to the kernel
 //

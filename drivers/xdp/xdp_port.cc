@@ -10,6 +10,7 @@
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <net/if.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -24,6 +25,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 // Multi-buffer AF_XDP (Linux 6.6); Debian 12's kernel headers predate it.
@@ -47,6 +49,16 @@ constexpr uint32_t kRing = 2048;           // fill, completion, rx and tx ring e
 constexpr uint32_t kKeepFree = 512;        // slots kept back from the fill ring for sending
 constexpr uint32_t kHeadroom = XDP_PACKET_HEADROOM;  // where the kernel puts received data
 constexpr const char* kProgName = "uroce_steer";
+constexpr uint32_t kMaxQueues = 64;        // the XDP program's xsks_map
+
+/// The interface's receive queues (its rx-N entries in sysfs), 1 if it shows none.
+uint32_t rx_queue_count(const std::string& ifn) {
+  uint32_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/net/" + ifn + "/queues", ec))
+    if (e.path().filename().string().rfind("rx-", 0) == 0) ++n;
+  return std::max<uint32_t>(n, 1);
+}
 
 /// The XDP program attached to `ifindex` (0: none) and its name.
 uint32_t attached_program(int ifindex, std::string* name) {
@@ -148,22 +160,37 @@ uint16_t icmpv6_checksum(const uint8_t* src, const uint8_t* dst, const uint8_t* 
 
 }  // namespace
 
+/// One receive queue's socket. Every queue's socket shares the one umem, each with a fill and
+/// a completion ring of its own; queue 0's also sends (its completions come on its ring).
+struct XdpPort::Queue {
+  uint32_t id = 0;
+  xsk_socket* xsk = nullptr;
+  xsk_ring_prod fill{};
+  xsk_ring_cons comp{}, rx{};
+  int fd = -1;
+  uint32_t in_fill = 0;      // slots posted to the fill ring, not yet received
+  int64_t partial = -1;      // slot of a frame whose second descriptor has not come yet
+  bool partial_bad = false;  // that frame is too long: drop it when it ends
+};
+
 struct XdpPort::Impl {
   std::string iface;
   int ifindex = 0;
   int claim_fd = -1;  // abstract socket "uroce-xdp-<iface>": this process owns the hook
   size_t umem_bytes = 0;
   xsk_umem* umem = nullptr;
-  xsk_socket* xsk = nullptr;
-  xsk_ring_prod fill{}, tx{};
-  xsk_ring_cons comp{}, rx{};
+  std::vector<Queue> queues;  // sized once (the umem keeps pointers to queue 0's rings)
+  xsk_ring_prod tx{};         // queue 0's
+  int epoll_fd = -1;          // several queues: readable when any of them is
   bpf_object* obj = nullptr;
   uint32_t prog_id = 0;  // attached by us
   int count_map = -1;
   bool generic = false;  // attached in the kernel's generic (skb) XDP mode
 
   ~Impl() {
-    if (xsk != nullptr) xsk_socket__delete(xsk);
+    if (epoll_fd >= 0) close(epoll_fd);
+    for (size_t i = queues.size(); i-- > 0;)  // the umem's own (queue 0's) last
+      if (queues[i].xsk != nullptr) xsk_socket__delete(queues[i].xsk);
     if (umem != nullptr) xsk_umem__delete(umem);
     if (prog_id != 0) {
       // Take our program off, unless someone replaced it meanwhile.
@@ -231,8 +258,12 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
              " MiB for the umem: " + errno_text(errno);
     return nullptr;
   }
+  const uint32_t nq = std::min(rx_queue_count(ifn), kMaxQueues);
+  im->queues.resize(nq);
   std::unique_ptr<XdpPort> p(new XdpPort(std::move(im)));
   Impl& m = *p->impl_;
+  // What each fill ring may hold: the slots shared out, a reserve kept for sending.
+  p->fill_target_ = std::min(kRing, std::max<uint32_t>((slots - kKeepFree) / nq, 64));
   p->umem_ = static_cast<uint8_t*>(area);
   p->frames_.resize(slots);
   p->free_.reserve(slots);
@@ -247,7 +278,8 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
   ucfg.frame_size = kChunk;
   ucfg.frame_headroom = 0;
   ucfg.flags = 0;
-  int rc = xsk_umem__create(&m.umem, area, size_t{slots} * kSlot, &m.fill, &m.comp, &ucfg);
+  int rc = xsk_umem__create(&m.umem, area, size_t{slots} * kSlot, &m.queues[0].fill,
+                            &m.queues[0].comp, &ucfg);
   if (rc != 0) {
     *error = "port=af_xdp: the kernel refused the umem (" + errno_text(rc) +
              "): AF_XDP pins it, which needs CAP_IPC_LOCK or a locked-memory limit (ulimit -l) "
@@ -280,27 +312,53 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
   uint32_t plen = sizeof pinfo;
   if (bpf_obj_get_info_by_fd(prog_fd, &pinfo, &plen) == 0) m.prog_id = pinfo.id;
 
+  // A socket on every receive queue: a NIC spreads RoCE over its queues by the UDP source
+  // port, which differs from QP to QP. Queue 0's binds the umem (multi-buffer, wakeups); the
+  // others share it (the kernel takes those flags from the umem) and only receive.
   xsk_socket_config scfg{};
   scfg.rx_size = kRing;
   scfg.tx_size = kRing;
   scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
   scfg.xdp_flags = 0;
   scfg.bind_flags = XDP_USE_NEED_WAKEUP | XDP_USE_SG;
-  rc = xsk_socket__create(&m.xsk, ifn.c_str(), 0, m.umem, &m.rx, &m.tx, &scfg);
-  if (rc != 0) {
-    *error = "port=af_xdp: cannot bind an AF_XDP socket to " + ifn + " queue 0 (" +
-             errno_text(rc) + "): multi-buffer AF_XDP needs Linux 6.6 or later";
-    return nullptr;
-  }
-  p->fd_ = xsk_socket__fd(m.xsk);
-  fcntl(p->fd_, F_SETFD, FD_CLOEXEC);
-  const uint32_t q0 = 0;
   const int xsks = bpf_object__find_map_fd_by_name(m.obj, "xsks_map");
   const int addrs = bpf_object__find_map_fd_by_name(m.obj, "uroce_addrs");
   m.count_map = bpf_object__find_map_fd_by_name(m.obj, "uroce_count");
-  if (xsks < 0 || addrs < 0 || bpf_map_update_elem(xsks, &q0, &p->fd_, BPF_ANY) != 0) {
-    *error = "port=af_xdp: cannot hand the socket to the XDP program (" + errno_text(errno) + ")";
-    return nullptr;
+  for (uint32_t i = 0; i < nq; ++i) {
+    Queue& q = m.queues[i];
+    q.id = i;
+    rc = i == 0 ? xsk_socket__create(&q.xsk, ifn.c_str(), 0, m.umem, &q.rx, &m.tx, &scfg)
+                : xsk_socket__create_shared(&q.xsk, ifn.c_str(), i, m.umem, &q.rx, nullptr,
+                                            &q.fill, &q.comp, &scfg);
+    if (rc != 0) {
+      *error = "port=af_xdp: cannot bind an AF_XDP socket to " + ifn + " queue " +
+               std::to_string(i) + " (" + errno_text(rc) +
+               "): multi-buffer AF_XDP needs Linux 6.6 or later";
+      return nullptr;
+    }
+    q.fd = xsk_socket__fd(q.xsk);
+    fcntl(q.fd, F_SETFD, FD_CLOEXEC);
+    if (xsks < 0 || addrs < 0 || bpf_map_update_elem(xsks, &i, &q.fd, BPF_ANY) != 0) {
+      *error = "port=af_xdp: cannot hand the socket to the XDP program (" + errno_text(errno) +
+               ")";
+      return nullptr;
+    }
+  }
+  p->tx_fd_ = m.queues[0].fd;
+  p->fd_ = p->tx_fd_;
+  if (nq > 1) {  // one descriptor to sleep on for all of them
+    m.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    for (const Queue& q : m.queues) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = q.id;
+      if (m.epoll_fd < 0 || epoll_ctl(m.epoll_fd, EPOLL_CTL_ADD, q.fd, &ev) != 0) {
+        *error = "port=af_xdp: cannot wait on " + std::to_string(nq) + " queues (" +
+                 errno_text(errno) + ")";
+        return nullptr;
+      }
+    }
+    p->fd_ = m.epoll_fd;
   }
 
   // Ethernet address and MTU: the interface's.
@@ -330,14 +388,18 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
       return nullptr;
     }
   }
-  p->refill();
-  p->description_ = "AF_XDP (uroce's own port) on " + ifn + " queue 0 (interface MTU " +
+  for (Queue& q : m.queues) p->refill(q);
+  p->description_ = "AF_XDP (uroce's own port) on " + ifn +
+                    (nq == 1 ? std::string(" queue 0")
+                             : " queues 0-" + std::to_string(nq - 1) + " (one socket each)") +
+                    " (interface MTU " +
                     std::to_string(mtu) + "; uroce's XDP program, in the " +
                     (m.generic ? "kernel's generic" : "driver's") + " hook, hands the socket " +
                     "RoCE frames for our " + std::to_string(want.size()) +
                     " addresses only, the kernel keeps all other traffic); " +
                     std::to_string(slots) + " frame slots of 8 KiB, rings of " +
-                    std::to_string(kRing) + "; sleeps on the socket when idle";
+                    std::to_string(kRing) + "; sleeps on the socket" + (nq > 1 ? "s" : "") +
+                    " when idle";
   return p;
 }
 
@@ -346,38 +408,38 @@ void XdpPort::release_slot(uint32_t slot) {
   free_.push_back(slot);
 }
 
-void XdpPort::refill() {
-  Impl& m = *impl_;
-  if (xsk_ring_prod__needs_wakeup(&m.fill))
-    recvfrom(fd_, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
-  if (in_fill_ >= kRing / 2) return;  // refill in batches
+void XdpPort::refill(Queue& q) {
+  if (xsk_ring_prod__needs_wakeup(&q.fill))
+    recvfrom(q.fd, nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+  if (q.in_fill >= fill_target_ / 2) return;  // refill in batches
   SpinGuard g(free_lock_);
   const uint32_t spare = free_.size() > kKeepFree ? static_cast<uint32_t>(free_.size()) - kKeepFree : 0;
-  const uint32_t n = std::min(kRing - in_fill_, spare);
+  const uint32_t n = std::min(fill_target_ - q.in_fill, spare);
   uint32_t idx = 0;
-  if (n == 0 || xsk_ring_prod__reserve(&m.fill, n, &idx) != n) return;
+  if (n == 0 || xsk_ring_prod__reserve(&q.fill, n, &idx) != n) return;
   for (uint32_t i = 0; i < n; ++i) {
-    *xsk_ring_prod__fill_addr(&m.fill, idx + i) = uint64_t{free_.back()} * kSlot;
+    *xsk_ring_prod__fill_addr(&q.fill, idx + i) = uint64_t{free_.back()} * kSlot;
     free_.pop_back();
   }
-  xsk_ring_prod__submit(&m.fill, n);
-  in_fill_ += n;
+  xsk_ring_prod__submit(&q.fill, n);
+  q.in_fill += n;
 }
 
 void XdpPort::reap_completions() {
   Impl& m = *impl_;
   uint32_t idx = 0;
-  const uint32_t n = xsk_ring_cons__peek(&m.comp, kRing, &idx);
+  xsk_ring_cons& comp = m.queues[0].comp;  // only queue 0 sends
+  const uint32_t n = xsk_ring_cons__peek(&comp, kRing, &idx);
   if (n == 0) return;
   {
     SpinGuard g(free_lock_);
     for (uint32_t i = 0; i < n; ++i) {
-      const uint64_t addr = *xsk_ring_cons__comp_addr(&m.comp, idx + i);
+      const uint64_t addr = *xsk_ring_cons__comp_addr(&comp, idx + i);
       // A two-descriptor frame completes twice: the slot is free with its first chunk.
       if (addr % kSlot < kChunk) free_.push_back(static_cast<uint32_t>(addr / kSlot));
     }
   }
-  xsk_ring_cons__release(&m.comp, n);
+  xsk_ring_cons__release(&comp, n);
 }
 
 void XdpPort::kick_tx() {
@@ -387,7 +449,7 @@ void XdpPort::kick_tx() {
   for (int i = 0; i < 64; ++i) {
     if (xsk_prod_nb_free(&m.tx, kRing) == kRing) return;  // all sent
     if (!xsk_ring_prod__needs_wakeup(&m.tx)) return;
-    if (sendto(fd_, nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) continue;
+    if (sendto(tx_fd_, nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) continue;
     if (errno == EAGAIN) {
       reap_completions();
       continue;
@@ -400,22 +462,35 @@ uint16_t XdpPort::rx_burst(uint64_t now_ns, std::span<Frame*> out) {
   Impl& m = *impl_;
   reap_completions();
   kick_tx();  // frames a full device left in the tx ring
-  refill();
   uint16_t kept = 0;
   if (!queries_.empty()) answer_neighbors(now_ns);
   while (kept < out.size() && !answers_.empty()) {
     out[kept++] = answers_.back();
     answers_.pop_back();
   }
+  // Each queue in turn, starting one further each time: a busy queue cannot starve another.
+  const size_t nq = m.queues.size();
+  for (size_t k = 0; k < nq; ++k) {
+    Queue& q = m.queues[(next_queue_ + k) % nq];
+    refill(q);
+    if (kept < out.size()) kept = static_cast<uint16_t>(kept + receive(q, out.subspan(kept)));
+  }
+  next_queue_ = (next_queue_ + 1) % nq;
+  rx_frames_ += kept;
+  return kept;
+}
+
+uint16_t XdpPort::receive(Queue& q, std::span<Frame*> out) {
+  uint16_t kept = 0;
   uint32_t idx = 0;
   const uint32_t n = xsk_ring_cons__peek(
-      &m.rx, static_cast<uint32_t>(std::min<size_t>(out.size() - kept, 64)), &idx);
+      &q.rx, static_cast<uint32_t>(std::min<size_t>(out.size(), 64)), &idx);
   for (uint32_t i = 0; i < n; ++i) {
-    const xdp_desc* d = xsk_ring_cons__rx_desc(&m.rx, idx + i);
+    const xdp_desc* d = xsk_ring_cons__rx_desc(&q.rx, idx + i);
     const auto slot = static_cast<uint32_t>(d->addr / kSlot);
-    --in_fill_;
+    --q.in_fill;
     const bool more = (d->options & XDP_PKT_CONTD) != 0;
-    if (partial_ < 0) {  // a frame's first (often only) descriptor
+    if (q.partial < 0) {  // a frame's first (often only) descriptor
       Frame& f = frames_[slot];
       f.data = umem_ + d->addr;
       f.len = d->len;
@@ -424,30 +499,29 @@ uint16_t XdpPort::rx_burst(uint64_t now_ns, std::span<Frame*> out) {
         out[kept++] = &f;
         continue;
       }
-      partial_ = slot;
+      q.partial = slot;
       // Its second part goes right behind it: the first must fill its chunk exactly.
-      partial_bad_ = d->addr % kSlot + d->len != kChunk;
+      q.partial_bad = d->addr % kSlot + d->len != kChunk;
       continue;
     }
-    Frame& f = frames_[static_cast<size_t>(partial_)];
-    if (!partial_bad_ && f.len + d->len <= f.cap)
+    Frame& f = frames_[static_cast<size_t>(q.partial)];
+    if (!q.partial_bad && f.len + d->len <= f.cap)
       std::memcpy(f.data + f.len, umem_ + d->addr, d->len);
     else
-      partial_bad_ = true;  // three parts or more: longer than we offer
+      q.partial_bad = true;  // three parts or more: longer than we offer
     f.len += d->len;
     release_slot(slot);
     if (more) continue;
-    if (partial_bad_) {
+    if (q.partial_bad) {
       ++rx_oversize_;
-      release_slot(static_cast<uint32_t>(partial_));
+      release_slot(static_cast<uint32_t>(q.partial));
     } else {
       out[kept++] = &f;
     }
-    partial_ = -1;
-    partial_bad_ = false;
+    q.partial = -1;
+    q.partial_bad = false;
   }
-  if (n > 0) xsk_ring_cons__release(&m.rx, n);
-  rx_frames_ += kept;
+  if (n > 0) xsk_ring_cons__release(&q.rx, n);
   return kept;
 }
 
@@ -607,10 +681,12 @@ XdpPort::Stats XdpPort::stats() const {
   s.rx_frames = rx_frames_;
   s.tx_frames = tx_frames_;
   s.rx_oversize = rx_oversize_;
-  xdp_statistics x{};
-  socklen_t len = sizeof x;
-  if (getsockopt(fd_, SOL_XDP, XDP_STATISTICS, &x, &len) == 0)
-    s.rx_dropped = x.rx_dropped + x.rx_ring_full + x.rx_fill_ring_empty_descs;
+  for (const Queue& q : impl_->queues) {
+    xdp_statistics x{};
+    socklen_t len = sizeof x;
+    if (getsockopt(q.fd, SOL_XDP, XDP_STATISTICS, &x, &len) == 0)
+      s.rx_dropped += x.rx_dropped + x.rx_ring_full + x.rx_fill_ring_empty_descs;
+  }
   const int cpus = libbpf_num_possible_cpus();
   if (impl_->count_map >= 0 && cpus > 0) {
     std::vector<uint64_t> v(static_cast<size_t>(cpus));

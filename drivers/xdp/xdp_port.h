@@ -20,8 +20,10 @@
 //
 // The interface's XDP hook belongs to one process, claimed with an abstract Unix socket that
 // the kernel releases however the process ends; a program of ours left attached by a killed
-// process is taken off before a new one goes on. Single queue (queue 0: veth, and NICs without
-// flow steering, deliver there). Memory: the umem (32 MiB) is pinned by the kernel.
+// process is taken off before a new one goes on. A socket on every receive queue of the
+// interface (up to 64), all sharing one umem: a NIC spreads RoCE flows over its queues by
+// their UDP source ports; queue 0's socket also sends. Memory: the umem (32 MiB) is pinned by
+// the kernel.
 #pragma once
 
 #include <array>
@@ -55,6 +57,7 @@ class XdpPort final : public Port {
   void free_frame(Frame* f) override;
   uint32_t max_frame_len() const override { return max_frame_; }
   std::array<uint8_t, 6> mac() const override { return mac_; }
+  /// Queue 0's socket, or with several queues an epoll descriptor over all of them.
   int wait_fd() const override { return fd_; }
 
   /// One line for `uroce devinfo`.
@@ -69,8 +72,11 @@ class XdpPort final : public Port {
 
  private:
   struct Impl;
+  struct Queue;
   explicit XdpPort(std::unique_ptr<Impl> impl);
-  void refill();
+  void refill(Queue& q);
+  /// Takes up to out.size() frames from queue q's receive ring.
+  uint16_t receive(Queue& q, std::span<Frame*> out);
   void reap_completions();
   void kick_tx();
   void release_slot(uint32_t slot);
@@ -95,12 +101,12 @@ class XdpPort final : public Port {
   std::vector<NeighborQuery> queries_;  // waiting for the kernel to resolve
   std::vector<Frame*> answers_;          // replies for the engine's next rx_burst
   uint64_t next_query_ns_ = 0;
-  uint32_t in_fill_ = 0;          // slots posted to the fill ring, not yet received
-  int64_t partial_ = -1;          // slot of a frame whose second descriptor has not come yet
-  bool partial_bad_ = false;      // that frame is too long: drop it when it ends
+  uint32_t fill_target_ = 0;      // slots each queue's fill ring is kept at (at most kRing)
+  size_t next_queue_ = 0;         // where the next rx_burst starts
   uint32_t max_frame_ = 0;
   std::array<uint8_t, 6> mac_{};
-  int fd_ = -1;
+  int fd_ = -1;                   // wait_fd()
+  int tx_fd_ = -1;                // queue 0's socket
   std::string description_;
   uint64_t rx_frames_ = 0, tx_frames_ = 0, rx_oversize_ = 0;
 };
