@@ -169,6 +169,42 @@ TEST_F(CongestionRp, ThePacerSpacesPacketsByTheirWireTimeAtTheCutRate) {
   EXPECT_FALSE(qp->cc.dcqcn.limited());
 }
 
+TEST_F(CongestionRp, AReadResponseStreamIsPacedAtTheRateItsCnpsCut) {
+  // The data of an RDMA READ flows from the responder: the requester, which receives it
+  // CE-marked, sends its CNPs to the responder's QP, and that QP's READ responses slow down.
+  cnp(qp->qpn);
+  step();
+  ASSERT_DOUBLE_EQ(qp->cc.dcqcn.rate_mbps(), 500);
+  send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 4096));  // 4 responses of 1024 bytes
+  std::vector<uint64_t> at;
+  size_t shortest = SIZE_MAX, longest = 0;  // FIRST and LAST carry an AETH, MIDDLE not
+  for (int i = 0; i < 1000 && at.size() < 4; ++i) {
+    const std::vector<ParsedPacket> out = step();
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (out[k].info->op != Operation::kReadResponse) continue;
+      at.push_back(now);
+      shortest = std::min(shortest, sent[k].size());
+      longest = std::max(longest, sent[k].size());
+    }
+  }
+  ASSERT_EQ(at.size(), 4u);
+  // At 500 Mb/s a frame of ~1.1 KB takes ~17 us: the four span three wire times, less the
+  // 20 us of lateness the pacer lets a burst make up and a tick of the timer wheel (1 us).
+  const auto wire_ns = [](size_t len) { return static_cast<double>(len) * 8 * 1000 / 500; };
+  const double span = static_cast<double>(at.back() - at.front());
+  EXPECT_GE(span, 3 * wire_ns(shortest) - 20'000 - 1'100);
+  EXPECT_LE(span, 3 * wire_ns(longest) + 4'000);
+  EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);
+}
+
+TEST_F(CongestionRp, AtLineRateAReadIsAnsweredInOnePass) {
+  send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 4096));
+  size_t responses = 0;
+  for (const ParsedPacket& p : step()) responses += p.info->op == Operation::kReadResponse;
+  EXPECT_EQ(responses, 4u);
+  EXPECT_EQ(engine->counters()[Counter::cc_paced], 0u);
+}
+
 class CongestionRpOff : public CongestionRp {
  protected:
   void configure(EngineConfig& cfg) override {
