@@ -1,4 +1,4 @@
-// Congestion control: ECN marking, CNPs and DCQCN (dcqcn.h) for RC, UC and XRC QPs.
+// Congestion control: ECN marking, CNPs and DCQCN (dcqcn.h) for RC, UC, XRC and UD QPs.
 //
 //   notification point (NP)  a packet that reaches one of our QPs marked CE (a switch queue
 //                            was filling) is answered with a CNP to the QP that sent it, at
@@ -58,7 +58,33 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
     counters_.inc(Counter::cnp_held);
     return;
   }
-  RoceHeaders h = headers_for(qp->path, qp->qpn, qp->dest_qpn);
+  // Connected QPs answer their one peer. A UD QP answers whoever sent the datagram: the
+  // sender's address and MAC from the packet, its QP from the DETH (the CNPs of one of our
+  // UD QPs share its period, whatever their destination).
+  RoceHeaders h;
+  uint32_t dest_qpn = qp->dest_qpn;
+  if (qp->type == IBV_QPT_UD) {
+    const RoceHeaders& in = p.hdr;
+    dest_qpn = in.ext.deth.src_qp;
+    h.eth.dst = in.eth.src;
+    h.eth.src = mac_;
+    h.eth.has_vlan = in.eth.has_vlan;
+    h.eth.pcp = in.eth.pcp;
+    h.eth.vid = in.eth.vid;
+    h.ipv6 = in.ipv6;
+    if (in.ipv6) {
+      h.ip6.src = in.ip6.dst;
+      h.ip6.dst = in.ip6.src;
+      h.ip6.hop_limit = 64;
+    } else {
+      h.ip4.src = in.ip4.dst;
+      h.ip4.dst = in.ip4.src;
+      h.ip4.ttl = 64;
+    }
+    h.udp.src_port = in.udp.src_port;  // the sender's flow: ECMP takes the CNP its way back
+  } else {
+    h = headers_for(qp->path, qp->qpn, qp->dest_qpn);
+  }
   if (h.ipv6) {
     h.ip6.traffic_class = static_cast<uint8_t>(cfg_.cc.cnp_dscp << 2);
   } else {
@@ -69,7 +95,7 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
   h.bth.pkey = 0xFFFF;
   h.bth.becn = true;
   h.bth.psn = 0;
-  h.bth.dest_qp = qp->dest_qpn;
+  h.bth.dest_qp = dest_qpn;
   FrameLayout lay;
   Frame* f = build_packet(h, 0, &lay);
   if (f == nullptr) return;
@@ -83,9 +109,11 @@ void Engine::receive_cnp(const ParsedPacket& p) {
   const RoceHeaders& h = p.hdr;
   Qp* qp = qp_by_num(h.bth.dest_qp);
   const Gid src = h.ipv6 ? h.ip6.src : ipv4_mapped_gid(h.ip4.src);
-  // Only the QP's own peer may slow it down (a CNP from anyone else is a forgery).
-  if (qp == nullptr || qp->type == IBV_QPT_UD || qp->type == IBV_QPT_XRC_RECV ||
-      (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) || src != qp->path.dgid) {
+  // Only a connected QP's own peer may slow it down (a CNP from anyone else is a forgery). A
+  // UD QP has no one peer: any host it may send to may tell it to slow down, as on RNICs.
+  if (qp == nullptr || qp->type == IBV_QPT_XRC_RECV ||
+      (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) ||
+      (qp->type != IBV_QPT_UD && src != qp->path.dgid)) {
     counters_.inc(Counter::rx_drop_cnp);
     return;
   }

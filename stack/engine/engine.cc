@@ -351,7 +351,7 @@ void Engine::receive(Frame* f) {
     mcast_receive(p);
   } else if (validate(p, &qp)) {
     counters_.inc(Counter::rx_roce);
-    if (p.hdr.ecn() == kEcnCe && qp->type != IBV_QPT_UD) notify_congestion(qp, p);
+    if (p.hdr.ecn() == kEcnCe) notify_congestion(qp, p);
     if (qp->type == IBV_QPT_UD) {
       ud_receive(qp, p);
     } else if (p.info->is_request()) {

@@ -140,6 +140,15 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
 
 void Engine::ud_send(Qp* qp, SendWqe& w) {
   RoceHeaders h = headers_for(w.ah->path, qp->qpn, w.remote_qpn);
+  // ECN-capable, as the connected QPs' packets (fill_template), unless the address handle's
+  // traffic class chose the ECN bits itself; multicast too (a receiver's CNP names this QP).
+  if (cfg_.cc.ecn && (w.ah->path.traffic_class & 3) == 0) {
+    if (h.ipv6) {
+      h.ip6.traffic_class |= kEcnEct0;
+    } else {
+      h.ip4.ecn = kEcnEct0;
+    }
+  }
   h.bth.opcode = w.opcode == IBV_WR_SEND_WITH_IMM ? opcode::kUdSendOnlyImm : opcode::kUdSendOnly;
   h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
   h.bth.psn = qp->req.psn.value();
@@ -157,6 +166,7 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
     return;
   }
   send_built(f, lay);
+  paced(qp, static_cast<uint32_t>(lay.len));
   ++qp->req.psn;
   w.state = WqeState::kDone;
 }
@@ -202,6 +212,8 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding >= qp->max_rd_atomic) break;
         if ((w.send_flags & IBV_SEND_FENCE) && qp->req.rd_atomic_outstanding > 0) break;
       }
+      // A UD QP's datagrams are held to its rate too (DCQCN per QP, whoever they go to).
+      if (qp->type == IBV_QPT_UD && pace_wait(qp)) break;  // the pace timer wakes us
       if (!prepare_wqe(qp, w)) {
         ++qp->req.assigned_end;
         ++qp->req.cursor;

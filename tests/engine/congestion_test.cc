@@ -205,6 +205,113 @@ TEST_F(CongestionRp, AtLineRateAReadIsAnsweredInOnePass) {
   EXPECT_EQ(engine->counters()[Counter::cc_paced], 0u);
 }
 
+// ---- UD QPs: one rate per QP, whoever its datagrams go to -----------------------------------
+
+class CongestionUd : public CongestionRp {
+ protected:
+  void SetUp() override {
+    CongestionRp::SetUp();
+    ibv_qp_init_attr ia{};
+    ia.send_cq = &cq->ibv;
+    ia.recv_cq = &cq->ibv;
+    ia.qp_type = IBV_QPT_UD;
+    ia.cap = {16, 16, 1, 1, 0};
+    ud = engine->create_qp(pd, &ia);
+    ASSERT_NE(ud, nullptr);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = kQkey;
+    ASSERT_EQ(engine->modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(engine->modify_qp(ud, &a, IBV_QP_STATE), 0);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 77;
+    ASSERT_EQ(engine->modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    ibv_ah_attr ah{};
+    ah.is_global = 1;
+    ah.port_num = 1;
+    ah.grh.sgid_index = 1;
+    const Gid g = ipv4_mapped_gid(kIpA);
+    std::memcpy(ah.grh.dgid.raw, g.data(), 16);
+    to_peer = engine->create_ah(pd, &ah);
+    ASSERT_NE(to_peer, nullptr);
+  }
+  /// A datagram of `len` bytes from the UD QP to the peer's QP 0x123.
+  void post_datagram(uint32_t len) {
+    ibv_sge s{reinterpret_cast<uint64_t>(mem.data() + 32), len, mr->key};
+    ibv_send_wr w{};
+    w.wr_id = 9;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.wr.ud.ah = &to_peer->ibv;
+    w.wr.ud.remote_qpn = 0x123;
+    w.wr.ud.remote_qkey = kQkey;
+    ASSERT_EQ(engine->post_send(ud, &w, nullptr), 0);
+  }
+  static constexpr uint32_t kQkey = 0x11111111;
+  Qp* ud = nullptr;
+  Ah* to_peer = nullptr;
+};
+
+TEST_F(CongestionUd, DatagramsLeaveEct0AndACeMarkedOneEarnsItsSenderACnp) {
+  post_datagram(64);
+  std::vector<ParsedPacket> out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ip4.ecn, kEcnEct0);
+
+  // A CE-marked datagram from the peer's QP 0x456: the CNP goes back to that QP, at that
+  // address and MAC (a UD QP has no peer of its own), as an RNIC's.
+  ExtHeaders x;
+  x.deth = {kQkey, 0, 0x456};
+  dest_qpn = ud->qpn;
+  send_ecn = kEcnCe;
+  send(opcode::kUdSendOnly, 5, std::vector<uint8_t>(32, 1), x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  const RoceHeaders& c = out[0].hdr;
+  EXPECT_EQ(c.bth.opcode, opcode::kCnp);
+  EXPECT_EQ(c.bth.dest_qp, 0x456u);
+  EXPECT_TRUE(c.bth.becn);
+  EXPECT_EQ(c.eth.dst, kPeerMac);
+  EXPECT_EQ(c.ip4.dst, kIpA);
+  EXPECT_EQ(c.ip4.src, kIpB);
+  EXPECT_EQ(c.ip4.dscp, 48);
+  EXPECT_EQ(c.ip4.ecn, 0);
+  EXPECT_EQ(engine->counters()[Counter::cnp_sent], 1u);
+  // Another within min_time_between_cnps: held.
+  send(opcode::kUdSendOnly, 6, std::vector<uint8_t>(32, 1), x);
+  EXPECT_TRUE(step().empty());
+  EXPECT_EQ(engine->counters()[Counter::cnp_held], 1u);
+}
+
+TEST_F(CongestionUd, ACnpFromAnyHostCutsTheUdQpsRateAndItsDatagramsArePaced) {
+  send_src = {10, 0, 0, 77};  // not a peer of any connected QP: a UD QP may send to anyone
+  cnp(ud->qpn);
+  step();
+  EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 1u);
+  ASSERT_TRUE(ud->cc.dcqcn.limited());
+  ASSERT_DOUBLE_EQ(ud->cc.dcqcn.rate_mbps(), 500);
+  for (int i = 0; i < 4; ++i) post_datagram(1000);
+  std::vector<uint64_t> at;
+  size_t len = 0;
+  for (int i = 0; i < 1000 && at.size() < 4; ++i) {
+    const std::vector<ParsedPacket> out = step();
+    for (size_t k = 0; k < out.size(); ++k) {
+      at.push_back(now);
+      len = sent[k].size();
+    }
+  }
+  ASSERT_EQ(at.size(), 4u);
+  const double wire_ns = static_cast<double>(len) * 8 * 1000 / 500;
+  const double span = static_cast<double>(at.back() - at.front());
+  EXPECT_GE(span, 3 * wire_ns - 20'000 - 1'100);  // the pacer's slack and a wheel tick
+  EXPECT_LE(span, 3 * wire_ns + 4'000);
+  EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);
+}
+
 class CongestionRpOff : public CongestionRp {
  protected:
   void configure(EngineConfig& cfg) override {
