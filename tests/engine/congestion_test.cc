@@ -87,17 +87,24 @@ class CongestionRp : public Responder {
     send(opcode::kCnp, 0, {}, {}, false);
     dest_qpn = 0;
   }
-  /// Posts an RDMA WRITE of `len` bytes from the QP.
-  void post_write(uint32_t len) {
+  /// Posts `len` bytes from the MR on `q` as `opcode`; `fill` sets the rest of the WR.
+  template <typename Fill>
+  void post(Qp* q, ibv_wr_opcode opcode, uint32_t len, Fill fill) {
     ibv_sge s{reinterpret_cast<uint64_t>(mem.data() + 32), len, mr->key};
     ibv_send_wr w{};
     w.wr_id = 7;
     w.sg_list = &s;
     w.num_sge = 1;
-    w.opcode = IBV_WR_RDMA_WRITE;
-    w.wr.rdma.remote_addr = 0x1000;
-    w.wr.rdma.rkey = 0x1234;
-    ASSERT_EQ(engine->post_send(qp, &w, nullptr), 0);
+    w.opcode = opcode;
+    fill(w);
+    ASSERT_EQ(engine->post_send(q, &w, nullptr), 0);
+  }
+  /// Posts an RDMA WRITE of `len` bytes from the QP.
+  void post_write(uint32_t len) {
+    post(qp, IBV_WR_RDMA_WRITE, len, [](ibv_send_wr& w) {
+      w.wr.rdma.remote_addr = 0x1000;
+      w.wr.rdma.rkey = 0x1234;
+    });
   }
   bool ecn_ = true;
 };
@@ -211,24 +218,11 @@ class CongestionUd : public CongestionRp {
  protected:
   void SetUp() override {
     CongestionRp::SetUp();
-    ibv_qp_init_attr ia{};
-    ia.send_cq = &cq->ibv;
-    ia.recv_cq = &cq->ibv;
-    ia.qp_type = IBV_QPT_UD;
-    ia.cap = {16, 16, 1, 1, 0};
-    ud = engine->create_qp(pd, &ia);
+    ud = new_qp(IBV_QPT_UD);
     ASSERT_NE(ud, nullptr);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = kQkey;
-    ASSERT_EQ(engine->modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    ASSERT_EQ(engine->modify_qp(ud, &a, IBV_QP_STATE), 0);
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 77;
-    ASSERT_EQ(engine->modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    QpOptions o;
+    o.type = IBV_QPT_UD;
+    ASSERT_EQ(connect_qp(*engine, ud, 0, kIpA, o, kQkey), 0);
     ibv_ah_attr ah{};
     ah.is_global = 1;
     ah.port_num = 1;
@@ -240,16 +234,11 @@ class CongestionUd : public CongestionRp {
   }
   /// A datagram of `len` bytes from the UD QP to the peer's QP 0x123.
   void post_datagram(uint32_t len) {
-    ibv_sge s{reinterpret_cast<uint64_t>(mem.data() + 32), len, mr->key};
-    ibv_send_wr w{};
-    w.wr_id = 9;
-    w.sg_list = &s;
-    w.num_sge = 1;
-    w.opcode = IBV_WR_SEND;
-    w.wr.ud.ah = &to_peer->ibv;
-    w.wr.ud.remote_qpn = 0x123;
-    w.wr.ud.remote_qkey = kQkey;
-    ASSERT_EQ(engine->post_send(ud, &w, nullptr), 0);
+    post(ud, IBV_WR_SEND, len, [this](ibv_send_wr& w) {
+      w.wr.ud.ah = &to_peer->ibv;
+      w.wr.ud.remote_qpn = 0x123;
+      w.wr.ud.remote_qkey = kQkey;
+    });
   }
   static constexpr uint32_t kQkey = 0x11111111;
   Qp* ud = nullptr;

@@ -48,14 +48,19 @@ class Responder : public ::testing::Test {
   /// For fixtures built on this one: engine settings before the engine is made.
   virtual void configure(EngineConfig&) {}
 
-  /// A new QP (now `qp`) connected to the peer, in RTS (or left in RTR).
-  void side_qp(const QpOptions& o, bool stop_at_rtr = false) {
+  /// A new QP of type `t` on the fixture's PD and CQ, in RESET.
+  Qp* new_qp(ibv_qp_type t) {
     ibv_qp_init_attr ia{};
     ia.send_cq = &cq->ibv;
     ia.recv_cq = &cq->ibv;
-    ia.qp_type = IBV_QPT_RC;
+    ia.qp_type = t;
     ia.cap = {16, 16, 2, 2, 0};
-    qp = engine->create_qp(pd, &ia);
+    return engine->create_qp(pd, &ia);
+  }
+
+  /// A new QP (now `qp`) connected to the peer, in RTS (or left in RTR).
+  void side_qp(const QpOptions& o, bool stop_at_rtr = false) {
+    qp = new_qp(IBV_QPT_RC);
     ASSERT_NE(qp, nullptr);
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
