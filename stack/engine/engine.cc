@@ -351,6 +351,7 @@ void Engine::receive(Frame* f) {
     mcast_receive(p);
   } else if (validate(p, &qp)) {
     counters_.inc(Counter::rx_roce);
+    last_rx_ns_.store(now_, std::memory_order_relaxed);
     if (p.hdr.ecn() == kEcnCe) notify_congestion(qp, p);
     if (qp->type == IBV_QPT_UD) {
       ud_receive(qp, p);

@@ -21,6 +21,7 @@
 // poll_cq takes completions the engine has already produced, under the CQ's own lock.
 #pragma once
 
+#include <atomic>
 #include <infiniband/verbs.h>
 
 #include <functional>
@@ -289,6 +290,10 @@ class Engine {
   int gid_index(const wire::Gid& gid) const;
   uint64_t now() const { return now_; }
   const Counters& counters() const { return counters_; }
+  /// When (the engine's clock) a RoCE packet for one of our QPs last arrived: stored before
+  /// the packet is acted on, and readable from any thread (the progress policy's "waiting
+  /// for the answer", stack/verbs/progress.h).
+  uint64_t last_rx_ns() const { return last_rx_ns_.load(std::memory_order_relaxed); }
   /// The QPs DCQCN holds below line rate right now (up to `max` of them, by QPN).
   size_t cc_limited_qps(CcQpStats* out, size_t max) const;
   double line_rate_mbps() const { return cfg_.cc.dcqcn.line_rate_mbps; }
@@ -489,6 +494,7 @@ class Engine {
   TimerWheel timers_;
   Ring<Qp*> active_;  // QPs with something to transmit
   Ring<AsyncEvent> events_;
+  std::atomic<uint64_t> last_rx_ns_{0};
   std::vector<Frame*> tx_batch_;
   Ring<Frame*> loopback_;
   Counters counters_;

@@ -94,6 +94,7 @@ struct StatsShm {
   uint64_t progress_woke_traffic;   // a frame arrived
   uint64_t progress_woke_kick;      // an application thread left work
   uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
+  uint64_t progress_answers;  // polls that received the application's answer before returning
   uint64_t cm[kCmCounters];         // kCmCounterInfo's; all 0 while no CM runs
   uint64_t port[kPortCounters];     // kPortCounterInfo's
   // DCQCN: the QPs held below line rate right now, with their rate and alpha.

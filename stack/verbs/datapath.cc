@@ -36,6 +36,7 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
 int op_req_notify_cq(ibv_cq* cq, int) {
   // solicited_only is treated like "any completion": an extra wake-up is always allowed.
   Runtime* rt = runtime_of(cq->context);
+  rt->progress.last_arm.store(now_ns(), std::memory_order_relaxed);  // it sleeps on events
   std::lock_guard<std::mutex> lock(rt->notify_mu);
   Cq* c = to_cq(cq);
   c->notify_seen = c->notify_gen.load(std::memory_order_acquire);

@@ -159,14 +159,63 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
 
 // ---- On the application's threads --------------------------------------------------------
 
-/// The application is back (a poll or a post): how long since its last completions?
+/// The application is back (a poll or a post): how long since its last completions? And
+/// was it waiting for the packet that came meanwhile (kAnswerSlackNs)?
 void app_back(Runtime* rt, uint64_t now) {
-  if (const uint64_t last = rt->progress.last_completion.load(std::memory_order_relaxed); last != 0) {
-    rt->progress.last_completion.store(0, std::memory_order_relaxed);
-    const uint64_t gap = now - last, avg = rt->progress.app_gap_ns.load(std::memory_order_relaxed);
-    rt->progress.app_gap_ns.store(avg - avg / 8 + gap / 8, std::memory_order_relaxed);
+  ProgressState& p = rt->progress;
+  const uint64_t last = p.last_completion.load(std::memory_order_relaxed);
+  if (last == 0) return;
+  p.last_completion.store(0, std::memory_order_relaxed);
+  const uint64_t gap = now - last, avg = p.app_gap_ns.load(std::memory_order_relaxed);
+  p.app_gap_ns.store(avg - avg / 8 + gap / 8, std::memory_order_relaxed);
+  // It waited for the answer if it stayed away until a packet came and was back just after
+  // it, or if its poll received the answer for it (await_answer) and it came straight back.
+  const uint64_t answered = p.answered_after.exchange(0, std::memory_order_relaxed);
+  const uint64_t rx = rt->engine->last_rx_ns();
+  uint64_t wait = 0;
+  if (answered != 0) {
+    if (gap < kAnswerSlackNs) wait = answered;
+  } else if (gap >= kAnswerMinAwayNs && rx > last && now - rx < kAnswerSlackNs) {
+    wait = rx - last;
   }
+  if (wait == 0) {
+    p.answer_score.store(0, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t a = p.answer_gap_ns.load(std::memory_order_relaxed);
+  p.answer_gap_ns.store(a == 0 ? wait : a - a / 8 + wait / 8, std::memory_order_relaxed);
+  const uint32_t score = p.answer_score.load(std::memory_order_relaxed);
+  if (score < kAnswerScore) p.answer_score.store(score + 1, std::memory_order_relaxed);
 }
+
+namespace {
+/// Waiting for the answer (kAnswerSlackNs): a poll that returns completions to an application
+/// that then only waits for its peer's next packet (spinning on the memory the packet
+/// writes) receives that packet itself before it returns. Not for an application that arms
+/// its CQs (it sleeps in the kernel meanwhile and wants its CPU back). True when it waited.
+bool await_answer(Runtime* rt, uint64_t since) {
+  ProgressState& p = rt->progress;
+  if (p.answer_score.load(std::memory_order_relaxed) < kAnswerScore ||
+      since - p.last_arm.load(std::memory_order_relaxed) < kAppActiveNs)
+    return false;
+  const uint64_t wait = std::min<uint64_t>(
+      2 * p.answer_gap_ns.load(std::memory_order_relaxed) + kAnswerSlackNs, kMaxAnswerWaitNs);
+  // The packet that brought these completions (an ACK) has been received already: the next
+  // one is the answer.
+  const uint64_t before = rt->engine->last_rx_ns();
+  uint64_t now = since;
+  while (now - since < wait && rt->engine->last_rx_ns() == before) {
+    rt->drive(false);
+    now = now_ns();
+  }
+  if (rt->engine->last_rx_ns() != before) {
+    p.answered_after.store(std::max<uint64_t>(now - since, 1), std::memory_order_relaxed);
+    if (StatsShm* st = rt->stats)
+      __atomic_fetch_add(&st->progress_answers, 1, __ATOMIC_RELAXED);
+  }
+  return true;
+}
+}  // namespace
 
 void app_posted(Runtime* rt) {
   const uint64_t now = now_ns();
@@ -213,8 +262,12 @@ void send_posted(Runtime* rt) {
 int after_poll(Runtime* rt, int got, uint64_t now) {
   app_back(rt, now);
   if (got > 0) {
+    // An application that waits for the answer right here gets it from this poll: it is
+    // back at once, and the progress thread is neither needed nor woken.
+    const bool awaited = await_answer(rt, now);
+    now = now_ns();
     rt->progress.last_completion.store(now, std::memory_order_relaxed);
-    if (rt->progress.app_gap_ns.load(std::memory_order_relaxed) > kAppAwayNs &&
+    if (!awaited && rt->progress.app_gap_ns.load(std::memory_order_relaxed) > kAppAwayNs &&
         rt->progress.napping.load(std::memory_order_relaxed) && rt->progress.napping.exchange(false)) {
       rt->progress.handoff.store(true);
       rt->kick();

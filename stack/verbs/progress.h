@@ -44,6 +44,18 @@ inline constexpr uint64_t kSpinNs = 200'000;
 inline constexpr uint64_t kMaxAppNapNs = 1'000'000;
 /// The longest park: a bound on what a missed kick could cost.
 inline constexpr uint64_t kMaxParkNs = 100'000'000;
+/// Waiting for the answer: an application that, after getting its completions, stays away
+/// at least kAnswerMinAwayNs and comes back within kAnswerSlackNs of the next packet's
+/// arrival waits for that packet (it spins on the memory the peer writes, as ib_write_lat
+/// does; the slack covers a progress thread that had to be woken for the packet) ...
+inline constexpr uint64_t kAnswerMinAwayNs = 2'000;
+inline constexpr uint64_t kAnswerSlackNs = 20'000;
+/// ... when it did so this many times in a row ...
+inline constexpr uint32_t kAnswerScore = 4;
+/// ... and then its poll that returns completions receives until the next packet comes
+/// (twice the usual wait, this long at most) before returning them: the thread would only
+/// spin meanwhile, and the progress thread need not be woken for the packet.
+inline constexpr uint64_t kMaxAnswerWaitNs = 100'000;
 
 /// What the application's threads and the progress thread tell each other (atomics: read
 /// and written without the engine lock).
@@ -68,6 +80,13 @@ struct ProgressState {
   // thread at once: the poll sets `handoff` and kicks it out of its nap (`napping`).
   std::atomic<uint64_t> app_gap_ns{0};
   std::atomic<uint64_t> last_completion{0};
+  // Waiting for the answer (kAnswerSlackNs): how often in a row the application came back
+  // just after a packet arrived (Engine::last_rx_ns), and how long after its completions
+  // that packet usually came (a moving average, ns).
+  std::atomic<uint32_t> answer_score{0};
+  std::atomic<uint64_t> answered_after{0};  // the last poll received the answer this long after (ns)
+  std::atomic<uint64_t> last_arm{0};        // when the application last armed a CQ (notify)
+  std::atomic<uint64_t> answer_gap_ns{0};
   std::atomic<bool> napping{false};
   std::atomic<bool> handoff{false};
   // Waking on traffic (docs/threading.md): with nothing to do, the progress thread sleeps in

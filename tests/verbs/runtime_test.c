@@ -33,6 +33,10 @@
  *   passive UROCE  a device no application thread ever drives (uroce1) takes WRITEs: its
  *              progress thread, asleep in the kernel (parked, as `uroce stats` shows), is
  *              woken by each frame and acknowledges it (UROCE: the uroce tool)
+ *   answer UROCE  two threads ping-pong RDMA WRITEs as ib_write_lat does (post, poll the send
+ *              CQ, spin on memory for the peer's WRITE): each device's polls come to receive
+ *              the peer's WRITE themselves before returning (`progress_answers`, "waiting
+ *              for the answer" in docs/threading.md); every byte checked
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -292,6 +296,66 @@ static int mode_passive(const char* uroce) {
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: a device no thread of the program drives took %d WRITEs, its parked progress "
          "thread woken by the frame in %d\n", kPassiveRounds, by_traffic);
+  return 0;
+}
+
+/* Waiting for the answer (docs/threading.md): ib_write_lat's loop on both devices at once. */
+enum { kAnswerRounds = 3000, kAnswerLen = 64 };
+
+struct pinger {
+  struct ep* me;
+  struct ep* peer;
+  int first;  /* sends first */
+};
+
+static void* ping_pong(void* arg) {
+  const struct pinger* p = arg;
+  volatile uint8_t* in = p->me->buf + MSG;  /* the peer's WRITEs land here */
+  for (int r = 1; r <= kAnswerRounds; ++r) {
+    if (!p->first || r > 1) {  /* the peer's WRITE of this round (the round's number last) */
+      const uint8_t want = (uint8_t)(r - (p->first ? 1 : 0));
+      while (in[kAnswerLen - 1] != want) {
+      }
+      for (int i = 0; i < kAnswerLen - 1; ++i)
+        CHECK(in[i] == (uint8_t)(want * 7 + i + p->first), "round %d: byte %d differs", r, i);
+    }
+    for (int i = 0; i < kAnswerLen - 1; ++i) p->me->buf[i] = (uint8_t)(r * 7 + i + !p->first);
+    p->me->buf[kAnswerLen - 1] = (uint8_t)r;
+    struct ibv_sge s = {(uintptr_t)p->me->buf, kAnswerLen, p->me->mr->lkey};
+    struct ibv_send_wr w = {.wr_id = (uint64_t)r, .sg_list = &s, .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    w.wr.rdma.remote_addr = (uintptr_t)(p->peer->buf + MSG);
+    w.wr.rdma.rkey = p->peer->mr->rkey;
+    CHECK(ibv_post_send(p->me->qp, &w, &bad) == 0, "round %d: post WRITE", r);
+    wait_one(p->me);
+  }
+  return NULL;
+}
+
+static int mode_answer(const char* uroce) {
+  struct ibv_context *c0, *c1;
+  struct ep a, b;
+  open_two(&c0, &c1, &a, &b);
+  struct pinger pa = {&a, &b, 1}, pb = {&b, &a, 0};
+  pthread_t ta, tb;
+  CHECK(pthread_create(&tb, NULL, ping_pong, &pb) == 0 && pthread_create(&ta, NULL, ping_pong, &pa) == 0,
+        "threads");
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  /* The last round's answer: the one thread that waits for it still. */
+  const long long n0 = stat_of(uroce, "uroce0", "progress_answers");
+  const long long n1 = stat_of(uroce, "uroce1", "progress_answers");
+  /* Each device's poll received the peer's WRITE itself in most rounds once the pattern was
+   * seen (a few rounds); a round's answer can come before its poll does on a busy machine.
+   * Without the policy there are none. */
+  CHECK(n0 > kAnswerRounds / 10 && n1 > kAnswerRounds / 10,
+        "polls that received the answer: %lld on uroce0, %lld on uroce1 of %d rounds", n0, n1,
+        kAnswerRounds);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: %d WRITE ping-pong rounds, data checked: the polls received the peer's WRITE "
+         "themselves %lld times on uroce0 and %lld on uroce1\n", kAnswerRounds, n0, n1);
   return 0;
 }
 
@@ -949,8 +1013,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "link") && argc > 2) return mode_link(argv[2]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
   if (!strcmp(m, "batch") && argc > 2) return mode_batch(argv[2]);
+  if (!strcmp(m, "answer") && argc > 2) return mode_answer(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
-          "cqevents|regmr|mcast IFACE|link IFACE|passive UROCE|batch UROCE\n",
+          "cqevents|regmr|mcast IFACE|link IFACE|passive UROCE|batch UROCE|answer UROCE\n",
           argv[0]);
   return 2;
 }
