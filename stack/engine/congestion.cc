@@ -68,9 +68,9 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
     dest_qpn = in.ext.deth.src_qp;
     h.eth.dst = in.eth.src;
     h.eth.src = mac_;
-    h.eth.has_vlan = in.eth.has_vlan;
+    h.eth.has_vlan = cfg_.vlan_id != 0;  // the device's VLAN, as every frame it sends
+    h.eth.vid = cfg_.vlan_id;
     h.eth.pcp = in.eth.pcp;
-    h.eth.vid = in.eth.vid;
     h.ipv6 = in.ipv6;
     if (in.ipv6) {
       h.ip6.src = in.ip6.dst;

@@ -348,10 +348,11 @@ void Engine::receive(Frame* f) {
       counters_.inc(e);
     }
   } else if (is_multicast_gid(p.hdr.ipv6 ? p.hdr.ip6.dst : ipv4_mapped_gid(p.hdr.ip4.dst))) {
+    note_rx();
     mcast_receive(p);
   } else if (validate(p, &qp)) {
     counters_.inc(Counter::rx_roce);
-    last_rx_ns_.store(now_, std::memory_order_relaxed);
+    note_rx();
     if (p.hdr.ecn() == kEcnCe) notify_congestion(qp, p);
     if (qp->type == IBV_QPT_UD) {
       ud_receive(qp, p);
@@ -554,8 +555,13 @@ void Engine::run_tx() {
     bool more = false;
     if (qp->flush_pending) flush_qp(qp);
     if (qp->type != IBV_QPT_UD || qp->state != IBV_QPS_RESET) {
-      more |= responder_step(qp, &budget);
-      more |= requester_step(qp, &budget);
+      if (qp->cc.requester_turn) {
+        more |= requester_step(qp, &budget);
+        more |= responder_step(qp, &budget);
+      } else {
+        more |= responder_step(qp, &budget);
+        more |= requester_step(qp, &budget);
+      }
     }
     if (more) schedule(qp);
   }

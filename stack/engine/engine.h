@@ -290,10 +290,11 @@ class Engine {
   int gid_index(const wire::Gid& gid) const;
   uint64_t now() const { return now_; }
   const Counters& counters() const { return counters_; }
-  /// When (the engine's clock) a RoCE packet for one of our QPs last arrived: stored before
-  /// the packet is acted on, and readable from any thread (the progress policy's "waiting
-  /// for the answer", stack/verbs/progress.h).
+  /// When (the engine's clock) a RoCE packet for one of our QPs (or a multicast group) last
+  /// arrived, and how many have: stored before the packet is acted on, and readable from any
+  /// thread (the progress policy's "waiting for the answer", stack/verbs/progress.h).
   uint64_t last_rx_ns() const { return last_rx_ns_.load(std::memory_order_relaxed); }
+  uint64_t rx_seq() const { return rx_seq_.load(std::memory_order_relaxed); }
   /// The QPs DCQCN holds below line rate right now (up to `max` of them, by QPN).
   size_t cc_limited_qps(CcQpStats* out, size_t max) const;
   double line_rate_mbps() const { return cfg_.cc.dcqcn.line_rate_mbps; }
@@ -495,6 +496,11 @@ class Engine {
   Ring<Qp*> active_;  // QPs with something to transmit
   Ring<AsyncEvent> events_;
   std::atomic<uint64_t> last_rx_ns_{0};
+  std::atomic<uint64_t> rx_seq_{0};  // written under the engine's lock only
+  void note_rx() {
+    last_rx_ns_.store(now_, std::memory_order_relaxed);
+    rx_seq_.store(rx_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   std::vector<Frame*> tx_batch_;
   Ring<Frame*> loopback_;
   Counters counters_;

@@ -329,6 +329,9 @@ inline const char* role_state_name(Role r, int state) {
 struct CcState {
   Dcqcn dcqcn;
   uint64_t pace_next_ns = 0;  // the next packet may leave at this time
+  // The pacer's last slot went to a READ response: the requester (its retransmissions too)
+  // goes first for the next, so that neither role starves the other.
+  bool requester_turn = false;
   // The rate the QP really sends at: bytes over windows of at least kRateWindowNs.
   uint64_t sent_window_start_ns = 0;
   uint64_t sent_window_bytes = 0;

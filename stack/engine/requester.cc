@@ -128,6 +128,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   if (qp->req.state == Requester::State::kRetryPending) set_req_state(qp, Requester::State::kReady);
   send_built(f, lay);
   paced(qp, static_cast<uint32_t>(lay.len));
+  qp->cc.requester_turn = false;
 
   if (w.info().one_packet) {
     w.sent = w.npkts;
@@ -141,8 +142,9 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
 void Engine::ud_send(Qp* qp, SendWqe& w) {
   RoceHeaders h = headers_for(w.ah->path, qp->qpn, w.remote_qpn);
   // ECN-capable, as the connected QPs' packets (fill_template), unless the address handle's
-  // traffic class chose the ECN bits itself; multicast too (a receiver's CNP names this QP).
-  if (cfg_.cc.ecn && (w.ah->path.traffic_class & 3) == 0) {
+  // traffic class chose the ECN bits itself. Not multicast: its receivers send no CNPs, and
+  // a switch would mark the group's datagrams instead of dropping them, unanswered.
+  if (cfg_.cc.ecn && (w.ah->path.traffic_class & 3) == 0 && !is_multicast_gid(w.ah->path.dgid)) {
     if (h.ipv6) {
       h.ip6.traffic_class |= kEcnEct0;
     } else {

@@ -580,6 +580,7 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   if (len != 0) std::memcpy(f->data + lay.payload_off, host, len);
   send_built(f, lay);
   paced(qp, static_cast<uint32_t>(lay.len));  // a READ response is this QP's data too
+  if (qp->cc.dcqcn.limited()) qp->cc.requester_turn = true;
   if (++r.next == r.npkts) {
     r.sending = false;
     --qp->resp.res_sending;
@@ -615,8 +616,8 @@ bool Engine::responder_step(Qp* qp, uint32_t* budget) {
     }
     // A READ response stream is held to the QP's rate like its requests (DCQCN's reaction
     // point: the CNP for it comes from the requester, which receives the data); the pace
-    // timer brings the QP back.
-    if (!next->atomic && pace_wait(qp)) return true;
+    // timer brings the QP back (nothing to do until then: not rescheduled).
+    if (!next->atomic && pace_wait(qp)) return false;
     if (next->atomic) {
       send_atomic_ack(qp, *next);
       next->sending = false;

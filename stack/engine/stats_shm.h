@@ -78,7 +78,7 @@ struct QpStats {
 };
 
 struct StatsShm {
-  static constexpr uint64_t kMagic = 0x75726f6365737473ull;  // "urocests"
+  static constexpr uint64_t kMagic = 0x75726f6365737432ull;  // "urocest2" (progress_answers)
   uint64_t magic;
   uint32_t n_counters;      // Counter::kCount when written
   uint32_t n_parse_errors;  // wire::ParseError::kCount when written

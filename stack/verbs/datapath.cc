@@ -26,17 +26,16 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   if (rt->progress.batched.load(std::memory_order_relaxed) != 0) rt->drive(false);
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
-  if (got != 0 || n <= 0) return after_poll(rt, got, now);
+  if (got != 0 || n <= 0) return after_poll(rt, got, now, cq);
   // Nothing there: a busy-polling application drives the engine itself, unless another
   // thread is doing so right now (then there is nothing to wait for: return empty).
-  if (!rt->drive(false)) return after_poll(rt, 0, now);
-  return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now);
+  if (!rt->drive(false)) return after_poll(rt, 0, now, cq);
+  return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now, cq);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {
   // solicited_only is treated like "any completion": an extra wake-up is always allowed.
   Runtime* rt = runtime_of(cq->context);
-  rt->progress.last_arm.store(now_ns(), std::memory_order_relaxed);  // it sleeps on events
   std::lock_guard<std::mutex> lock(rt->notify_mu);
   Cq* c = to_cq(cq);
   c->notify_seen = c->notify_gen.load(std::memory_order_acquire);

@@ -161,7 +161,7 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
 
 /// The application is back (a poll or a post): how long since its last completions? And
 /// was it waiting for the packet that came meanwhile (kAnswerSlackNs)?
-void app_back(Runtime* rt, uint64_t now) {
+void app_back(Runtime* rt, uint64_t now, bool posted) {
   ProgressState& p = rt->progress;
   const uint64_t last = p.last_completion.load(std::memory_order_relaxed);
   if (last == 0) return;
@@ -169,12 +169,14 @@ void app_back(Runtime* rt, uint64_t now) {
   const uint64_t gap = now - last, avg = p.app_gap_ns.load(std::memory_order_relaxed);
   p.app_gap_ns.store(avg - avg / 8 + gap / 8, std::memory_order_relaxed);
   // It waited for the answer if it stayed away until a packet came and was back just after
-  // it, or if its poll received the answer for it (await_answer) and it came straight back.
+  // it, or if its poll really waited for the answer (await_answer) and it then posted at once
+  // (a posting loop whose poll found the next packet within moments does not count).
   const uint64_t answered = p.answered_after.exchange(0, std::memory_order_relaxed);
+  if (answered == kAnswerNeutral) return;
   const uint64_t rx = rt->engine->last_rx_ns();
   uint64_t wait = 0;
   if (answered != 0) {
-    if (gap < kAnswerSlackNs) wait = answered;
+    if (posted && gap < kAnswerSlackNs && answered >= kAnswerMinAwayNs) wait = answered;
   } else if (gap >= kAnswerMinAwayNs && rx > last && now - rx < kAnswerSlackNs) {
     wait = rx - last;
   }
@@ -191,28 +193,38 @@ void app_back(Runtime* rt, uint64_t now) {
 namespace {
 /// Waiting for the answer (kAnswerSlackNs): a poll that returns completions to an application
 /// that then only waits for its peer's next packet (spinning on the memory the packet
-/// writes) receives that packet itself before it returns. Not for an application that arms
-/// its CQs (it sleeps in the kernel meanwhile and wants its CPU back). True when it waited.
-bool await_answer(Runtime* rt, uint64_t since) {
+/// writes) receives that packet itself before it returns. Never on a CQ with a completion
+/// channel (its application sleeps in the kernel meanwhile and wants its CPU back). True
+/// when the answer came; a wait that ran out forgets the pattern (the application is handed
+/// over as before).
+bool await_answer(Runtime* rt, uint64_t since, ibv_cq* cq) {
   ProgressState& p = rt->progress;
-  if (p.answer_score.load(std::memory_order_relaxed) < kAnswerScore ||
-      since - p.last_arm.load(std::memory_order_relaxed) < kAppActiveNs)
+  if (p.answer_score.load(std::memory_order_relaxed) < kAnswerScore || cq->channel != nullptr)
     return false;
-  const uint64_t wait = std::min<uint64_t>(
-      2 * p.answer_gap_ns.load(std::memory_order_relaxed) + kAnswerSlackNs, kMaxAnswerWaitNs);
-  // The packet that brought these completions (an ACK) has been received already: the next
-  // one is the answer.
-  const uint64_t before = rt->engine->last_rx_ns();
+  const uint64_t usual = p.answer_gap_ns.load(std::memory_order_relaxed);
+  if (2 * usual + kAnswerSlackNs > kMaxAnswerWaitNs) {  // a peer too slow to wait for
+    p.answer_score.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  // Since the application's last post, its completions' packet (an ACK) came; the one after
+  // it is the answer, which may be here already (both in one pass).
+  const uint64_t posted_at = p.rx_seq_at_post.load(std::memory_order_relaxed);
+  if (rt->engine->rx_seq() - posted_at >= 2) {
+    p.answered_after.store(kAnswerNeutral, std::memory_order_relaxed);
+    return true;
+  }
+  const uint64_t before = rt->engine->rx_seq();
   uint64_t now = since;
-  while (now - since < wait && rt->engine->last_rx_ns() == before) {
+  while (now - since < 2 * usual + kAnswerSlackNs && rt->engine->rx_seq() == before) {
     rt->drive(false);
     now = now_ns();
   }
-  if (rt->engine->last_rx_ns() != before) {
-    p.answered_after.store(std::max<uint64_t>(now - since, 1), std::memory_order_relaxed);
-    if (StatsShm* st = rt->stats)
-      __atomic_fetch_add(&st->progress_answers, 1, __ATOMIC_RELAXED);
+  if (rt->engine->rx_seq() == before) {
+    p.answer_score.store(0, std::memory_order_relaxed);
+    return false;
   }
+  p.answered_after.store(std::max<uint64_t>(now - since, 1), std::memory_order_relaxed);
+  if (StatsShm* st = rt->stats) __atomic_fetch_add(&st->progress_answers, 1, __ATOMIC_RELAXED);
   return true;
 }
 }  // namespace
@@ -220,7 +232,8 @@ bool await_answer(Runtime* rt, uint64_t since) {
 void app_posted(Runtime* rt) {
   const uint64_t now = now_ns();
   rt->progress.last_app_poll.store(now, std::memory_order_relaxed);
-  app_back(rt, now);
+  rt->progress.rx_seq_at_post.store(rt->engine->rx_seq(), std::memory_order_relaxed);
+  app_back(rt, now, true);
 }
 
 void send_posted(Runtime* rt) {
@@ -259,12 +272,12 @@ void send_posted(Runtime* rt) {
 /// completions; when it got some and tends to stay away afterwards (it spins on memory, or
 /// sleeps), wakes the progress thread from its nap so that it waits for traffic in the
 /// meantime (docs/threading.md).
-int after_poll(Runtime* rt, int got, uint64_t now) {
-  app_back(rt, now);
+int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq) {
+  app_back(rt, now, false);
   if (got > 0) {
     // An application that waits for the answer right here gets it from this poll: it is
     // back at once, and the progress thread is neither needed nor woken.
-    const bool awaited = await_answer(rt, now);
+    const bool awaited = await_answer(rt, now, cq);
     now = now_ns();
     rt->progress.last_completion.store(now, std::memory_order_relaxed);
     if (!awaited && rt->progress.app_gap_ns.load(std::memory_order_relaxed) > kAppAwayNs &&

@@ -12,6 +12,8 @@
 // Its state is ProgressState, one per device (Runtime::progress); its numbers are below.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -56,6 +58,7 @@ inline constexpr uint32_t kAnswerScore = 4;
 /// (twice the usual wait, this long at most) before returning them: the thread would only
 /// spin meanwhile, and the progress thread need not be woken for the packet.
 inline constexpr uint64_t kMaxAnswerWaitNs = 100'000;
+inline constexpr uint64_t kAnswerNeutral = ~uint64_t{0};
 
 /// What the application's threads and the progress thread tell each other (atomics: read
 /// and written without the engine lock).
@@ -84,8 +87,10 @@ struct ProgressState {
   // just after a packet arrived (Engine::last_rx_ns), and how long after its completions
   // that packet usually came (a moving average, ns).
   std::atomic<uint32_t> answer_score{0};
-  std::atomic<uint64_t> answered_after{0};  // the last poll received the answer this long after (ns)
-  std::atomic<uint64_t> last_arm{0};        // when the application last armed a CQ (notify)
+  // The last poll received the answer this long after it began (ns); kAnswerNeutral: the
+  // answer had come already, the application's return says nothing.
+  std::atomic<uint64_t> answered_after{0};
+  std::atomic<uint64_t> rx_seq_at_post{0};  // Engine::rx_seq() at the application's last post
   std::atomic<uint64_t> answer_gap_ns{0};
   std::atomic<bool> napping{false};
   std::atomic<bool> handoff{false};
@@ -99,7 +104,7 @@ struct ProgressState {
 
 /// The application is using the device (a poll or a post, datapath.cc): how long since its
 /// last completions (app_back), and that it is active (app_posted, for posts).
-void app_back(Runtime* rt, uint64_t now);
+void app_back(Runtime* rt, uint64_t now, bool posted);
 void app_posted(Runtime* rt);
 /// After a post to the send queue (ibv_post_send, ibv_wr_complete): sends now, or, when
 /// this post follows the previous one closely, leaves it to the next pass (doorbell batching).
@@ -107,7 +112,8 @@ void send_posted(Runtime* rt);
 /// A poll that returned `got` completions at `now` (datapath.cc's ibv_poll_cq): learns how
 /// soon this application comes back after completions, and when it tends to stay away
 /// (spinning on memory, sleeping), hands the receiving to the progress thread at once.
-int after_poll(Runtime* rt, int got, uint64_t now);
+/// One that waits for the answer (kAnswerSlackNs) first receives it.
+int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq);
 /// The progress thread's body: until Runtime::stop. poll_mode: never sleeps (a core of its
 /// own); cpu >= 0: pins this thread (only) there.
 void progress_loop(Runtime* rt, bool poll_mode, int cpu);

@@ -188,9 +188,10 @@ void deliver(Runtime* rt, const cm::Event& e) {
   auto refuse = [&] {
     if (request) rt->cm->destroy(e.handle);
   };
-  std::shared_ptr<Channel> ch;
+  // g_mu is held until the event is queued: a listener destroyed meanwhile
+  // (uroce_cm_destroy_id) then finds this request in the queue and refuses it itself.
+  std::lock_guard<std::mutex> ids(g_mu);
   {
-    std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_ids->find(e.handle);
     if (request) {
       auto l = g_ids->find(e.listen_handle);
@@ -213,22 +214,17 @@ void deliver(Runtime* rt, const cm::Event& e) {
     }
     if (it == g_ids->end()) return;  // destroyed meanwhile
     auto c = g_channels->find(it->second.ch_fd);
-    if (c == g_channels->end()) return;
-    ch = c->second;
-  }
-  std::unique_lock<std::mutex> lock(ch->mu);
-  if (ch->fd < 0) {  // destroyed meanwhile
-    lock.unlock();
-    if (request) {
-      std::lock_guard<std::mutex> ids(g_mu);
-      g_ids->erase(e.handle);
+    if (c == g_channels->end()) {
+      if (request) g_ids->erase(it);
+      refuse();
+      return;
     }
-    refuse();
-    return;
+    Channel& ch = *c->second;
+    std::lock_guard<std::mutex> lock(ch.mu);
+    ch.q.push_back(out);
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t r = write(ch.fd, &one, sizeof one);
   }
-  ch->q.push_back(out);
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t r = write(ch->fd, &one, sizeof one);
 }
 
 /// Takes the connection requests waiting in `ch` for listener `listener` (every one if 0) out
