@@ -50,6 +50,7 @@ constexpr uint32_t kKeepFree = 512;        // slots kept back from the fill ring
 constexpr uint32_t kHeadroom = XDP_PACKET_HEADROOM;  // where the kernel puts received data
 constexpr const char* kProgName = "uroce_steer";
 constexpr uint32_t kMaxQueues = 64;        // the XDP program's xsks_map
+constexpr uint32_t kMinFill = 256;         // fill ring slots per queue at least
 
 /// The interface's receive queues (its rx-N entries in sysfs), 1 if it shows none.
 uint32_t rx_queue_count(const std::string& ifn) {
@@ -250,7 +251,16 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
     }
   }
 
-  const uint32_t slots = std::max<uint32_t>(cfg.slots, 2 * kRing);
+  // A socket on every receive queue, each with a fill ring of kMinFill slots at least
+  // (frames of two chunks: half as many frames), beside the slots kept for sending.
+  const uint32_t queues = rx_queue_count(ifn);
+  if (queues > kMaxQueues) {
+    *error = "port=af_xdp: interface " + ifn + " has " + std::to_string(queues) +
+             " receive queues and the port serves " + std::to_string(kMaxQueues) +
+             " at most: ethtool -L " + ifn + " combined " + std::to_string(kMaxQueues);
+    return nullptr;
+  }
+  const uint32_t slots = std::max({cfg.slots, 2 * kRing, kKeepFree + queues * kMinFill});
   void* area = mmap(nullptr, size_t{slots} * kSlot, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (area == MAP_FAILED) {
@@ -258,12 +268,12 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
              " MiB for the umem: " + errno_text(errno);
     return nullptr;
   }
-  const uint32_t nq = std::min(rx_queue_count(ifn), kMaxQueues);
+  const uint32_t nq = queues;
   im->queues.resize(nq);
   std::unique_ptr<XdpPort> p(new XdpPort(std::move(im)));
   Impl& m = *p->impl_;
   // What each fill ring may hold: the slots shared out, a reserve kept for sending.
-  p->fill_target_ = std::min(kRing, std::max<uint32_t>((slots - kKeepFree) / nq, 64));
+  p->fill_target_ = std::min(kRing, (slots - kKeepFree) / nq);
   p->umem_ = static_cast<uint8_t*>(area);
   p->frames_.resize(slots);
   p->free_.reserve(slots);
