@@ -55,8 +55,9 @@ inline constexpr uint64_t kAnswerSlackNs = 20'000;
 /// ... when it did so this many times in a row ...
 inline constexpr uint32_t kAnswerScore = 4;
 /// ... and then its poll that returns completions receives until the next packet comes
-/// (twice the usual wait, this long at most) before returning them: the thread would only
-/// spin meanwhile, and the progress thread need not be woken for the packet.
+/// (for twice the usual wait plus kAnswerSlackNs; a peer whose answer would need longer
+/// than this is not waited for) before returning them: the thread would only spin
+/// meanwhile, and the progress thread need not be woken for the packet.
 inline constexpr uint64_t kMaxAnswerWaitNs = 100'000;
 inline constexpr uint64_t kAnswerNeutral = ~uint64_t{0};
 
