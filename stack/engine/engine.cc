@@ -29,8 +29,9 @@ Engine::Engine(Port& port, const EngineConfig& cfg)
       mrs_(cfg.max_mr, cfg.key_seed),
       active_(cfg.max_qp),
       events_(std::max<uint32_t>(cfg.max_async_events, 1)),
-      loopback_(4096),
-      gsi_rx_(kGsiQueue) {
+      loopback_(0),  // both made on first use: most devices never need them, and a test or a
+      gsi_rx_(0) {   // fuzz input that makes a device for each run need not zero ~110 KiB
+
   gids_.push_back(link_local_gid(mac_));
   if (cfg_.ipv4) gids_.push_back(ipv4_mapped_gid(*cfg_.ipv4));
   if (cfg_.ipv6) gids_.push_back(*cfg_.ipv6);
@@ -627,6 +628,7 @@ void Engine::tx_frame(Frame* f) {
       }
     }
     counters_.inc(Counter::tx_loopback);
+    if (loopback_.capacity() == 0) loopback_ = Ring<Frame*>(kLoopbackQueue);
     if (!loopback_.push(f)) port_.free_frame(f);
     if (tx_batch_.size() >= kTxBurst) flush_tx();
     return;

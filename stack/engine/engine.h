@@ -272,7 +272,10 @@ class Engine {
   static constexpr size_t kGsiQueue = 256;
   /// With QP1 open, UD SENDs to QP1 that carry the GSI Q_Key are queued (up to kGsiQueue; more
   /// are dropped and counted) for pop_mad(); closed, they are dropped and counted.
-  void set_gsi_open(bool open) { gsi_open_ = open; }
+  void set_gsi_open(bool open) {
+    gsi_open_ = open;
+    if (open && gsi_rx_.capacity() == 0) gsi_rx_ = Ring<GsiMad>(kGsiQueue);
+  }
   /// Reports the verbs side (posts, completions, QP states, timers) to `t`; null: nothing.
   void set_verbs_tracer(VerbsTracer* t) { tracer_ = t; }
   bool pop_mad(GsiMad* out);
@@ -502,6 +505,7 @@ class Engine {
     rx_seq_.store(rx_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   std::vector<Frame*> tx_batch_;
+  static constexpr size_t kLoopbackQueue = 4096;  // frames to ourselves waiting for poll()
   Ring<Frame*> loopback_;
   Counters counters_;
   bool gsi_open_ = false;

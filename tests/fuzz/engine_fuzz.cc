@@ -40,6 +40,11 @@ constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCE
                      IBV_ACCESS_REMOTE_ATOMIC;
 constexpr size_t kGuard = 64;
 constexpr uint8_t kGuardByte = 0xA5;
+// Queues as small as still leave room for work: the rings are built (and zeroed) for every
+// input, and at 64 WRs per queue and 1024 CQEs that was a fifth of each run's time. Full
+// queues and a CQ that overflows are paths worth reaching too.
+constexpr uint32_t kWr = 16;
+constexpr int kCqe = 256;
 
 /// A cursor over the fuzzer's bytes (zeros once they run out).
 struct In {
@@ -127,13 +132,13 @@ struct Victim {
     e->set_neighbor(ipv4_mapped_gid(kPeer), link.a().mac());
     pd = e->alloc_pd();
     pd2 = e->alloc_pd();
-    cq = e->create_cq(1024);
-    cq2 = e->create_cq(1024);
+    cq = e->create_cq(kCqe);
+    cq2 = e->create_cq(kCqe);
     rw.mr = e->reg_mr(pd, rw.base(), rw.len(), kAll);
     ro.mr = e->reg_mr(pd, ro.base(), ro.len(), IBV_ACCESS_REMOTE_READ);
     other.mr = e->reg_mr(pd2, other.base(), other.len(), kAll);
     ibv_srq_init_attr sa{};
-    sa.attr.max_wr = 64;
+    sa.attr.max_wr = kWr;
     sa.attr.max_sge = 2;
     srq = e->create_srq(pd, &sa);
     xrcd = e->create_xrcd();
@@ -147,8 +152,8 @@ struct Victim {
       a.send_cq = &cq->ibv;
       a.recv_cq = &cq->ibv;
       a.srq = i == kRcSrq ? &srq->ibv : nullptr;
-      a.cap.max_send_wr = 64;
-      a.cap.max_recv_wr = 64;
+      a.cap.max_send_wr = kWr;
+      a.cap.max_recv_wr = kWr;
       a.cap.max_send_sge = 2;
       a.cap.max_recv_sge = 2;
       qp[i] = e->create_qp(i == kXrcTgt ? nullptr : pd, &a, i == kXrcTgt ? xrcd : nullptr);
@@ -409,7 +414,7 @@ struct Victim {
           if (e->destroy_srq(xsrq[i]) == 0) xsrq[i] = nullptr;
         } else {
           ibv_srq_init_attr sa{};
-          sa.attr.max_wr = 64;
+          sa.attr.max_wr = kWr;
           sa.attr.max_sge = 2;
           xsrq[i] = e->create_srq(i == 0 ? pd : pd2, &sa, xrcd, i == 0 ? cq : cq2);
         }
