@@ -11,6 +11,7 @@
 // Locks: a runtime's `emu` (the ConnectionManager lives under it), then g_mu (the ids and
 // channels), then a channel's mutex. Nothing takes `emu` while holding g_mu.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -38,9 +39,19 @@ namespace uroce::verbs {
 namespace {
 
 struct Channel {
-  int fd = -1;
+  int fd = -1;  // the application's descriptor (it polls it); -1 once the channel is destroyed
+  // The same eventfd under a number of our own, for uroce_cm_get_event to read: it stays open
+  // while any call holds the Channel, so a read that raced rdma_destroy_event_channel reads
+  // this eventfd and never whatever the application's number was reused for meanwhile.
+  int read_fd = -1;
   std::mutex mu;
   std::deque<uroce_cm_event> q;
+  Channel() = default;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+  ~Channel() {
+    if (read_fd >= 0) close(read_fd);
+  }
 };
 
 struct IdRec {
@@ -336,6 +347,13 @@ int uroce_cm_channel_create(void) {
   if (fd < 0) return -1;
   auto ch = std::make_shared<Channel>();
   ch->fd = fd;
+  ch->read_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (ch->read_fd < 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   (*g_channels)[fd] = ch;
   return fd;
@@ -373,14 +391,14 @@ int uroce_cm_get_event(int fd, uroce_cm_event* ev) {
   }
   for (;;) {
     uint64_t v = 0;
-    if (read(fd, &v, sizeof v) != sizeof v) {
+    if (read(ch->read_fd, &v, sizeof v) != sizeof v) {
       if (errno == EINTR) continue;
       return errno;
     }
     std::unique_lock<std::mutex> lock(ch->mu);
     if (ch->q.empty()) {
       // The event that woke us belonged to an id destroyed meanwhile. If the channel is gone
-      // too, its fd number may already name something else: never read it again.
+      // too, no event will come again.
       if (ch->fd < 0) return EBADF;  // the caller waits on (see rdma_get_cm_event)
       continue;
     }
