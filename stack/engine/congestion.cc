@@ -110,9 +110,12 @@ void Engine::receive_cnp(const ParsedPacket& p) {
   Qp* qp = qp_by_num(h.bth.dest_qp);
   const Gid src = h.ipv6 ? h.ip6.src : ipv4_mapped_gid(h.ip4.src);
   // Only a connected QP's own peer may slow it down (a CNP from anyone else is a forgery). A
-  // UD QP has no one peer: any host it may send to may tell it to slow down, as on RNICs.
-  if (qp == nullptr || qp->type == IBV_QPT_XRC_RECV ||
-      (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) ||
+  // UD QP has no one peer: any host it may send to may tell it to slow down, as on RNICs. A
+  // responder sends READ responses from RTR on (an XRC target often never leaves it).
+  const bool answers = qp != nullptr && (qp->type == IBV_QPT_RC || qp->type == IBV_QPT_XRC_RECV);
+  if (qp == nullptr ||
+      (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
+       !(answers && qp->state == IBV_QPS_RTR)) ||
       (qp->type != IBV_QPT_UD && src != qp->path.dgid)) {
     counters_.inc(Counter::rx_drop_cnp);
     return;

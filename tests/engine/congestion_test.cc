@@ -12,6 +12,7 @@
 
 #include "memlink/mem_switch.h"
 #include "responder_fixture.h"
+#include "xrc_fixture.h"
 
 namespace uroce::test {
 namespace {
@@ -202,6 +203,50 @@ TEST_F(CongestionRp, AReadResponseStreamIsPacedAtTheRateItsCnpsCut) {
   EXPECT_GE(span, 3 * wire_ns(shortest) - 20'000 - 1'100);
   EXPECT_LE(span, 3 * wire_ns(longest) + 4'000);
   EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);
+}
+
+TEST_F(CongestionRp, ACnpCutsAQpThatOnlyAnswersReadsAnRcQpInRtrOrAnXrcTarget) {
+  // Both send READ responses (paced like any data of theirs) without ever reaching RTS
+  // (ibv_xsrq_pingpong leaves its targets in RTR), so the CNPs of those responses are theirs.
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  side_qp(o, /*stop_at_rtr=*/true);
+  ASSERT_EQ(qp->state, IBV_QPS_RTR);
+  cnp(qp->qpn);
+  step();
+  EXPECT_TRUE(qp->cc.dcqcn.limited());
+  send(opcode::kRcReadRequest, kEpsn, {}, reth(0, 4096));
+  for (int i = 0; i < 1000 && engine->counters()[Counter::cc_paced] == 0; ++i) step();
+  EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);  // its responses wait for the pacer
+
+  Xrcd* xrcd = engine->create_xrcd();
+  ASSERT_NE(xrcd, nullptr);
+  ibv_qp_init_attr ta{};
+  ta.qp_type = IBV_QPT_XRC_RECV;
+  Qp* tgt = engine->create_qp(nullptr, &ta, xrcd);
+  ASSERT_NE(tgt, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+  ASSERT_EQ(engine->modify_qp(tgt, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                           IBV_QP_ACCESS_FLAGS), 0);
+  a = xrc::rtr_attr(kPeerQpn, kIpA);
+  ASSERT_EQ(engine->modify_qp(tgt, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
+  cnp(tgt->qpn);
+  step();
+  EXPECT_TRUE(tgt->cc.dcqcn.limited());
+  EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 2u);
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_cnp], 0u);
+  send_src = {10, 0, 0, 77};  // still only from its own peer
+  cnp(tgt->qpn);
+  step();
+  send_src = kIpA;
+  EXPECT_EQ(engine->counters()[Counter::rx_drop_cnp], 1u);
+  ASSERT_EQ(engine->destroy_qp(tgt), 0);
+  ASSERT_EQ(engine->destroy_xrcd(xrcd), 0);
 }
 
 TEST_F(CongestionRp, AtLineRateAReadIsAnsweredInOnePass) {
