@@ -6,8 +6,8 @@
 #      the ctest label "interop", plain build only (skipped without root or qemu)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/ (not the fault grid:
 #      minutes of rping/perftest runs that the plain build has covered)
-#   3b. ThreadSanitizer: the provider and its threading tests (verbs.runtime.stress and
-#       .contexts)                                     -> build-tsan/
+#   3b. ThreadSanitizer: the provider and its threading tests (verbs.runtime.stress,
+#       .contexts and .forkbusy)                       -> build-tsan/
 #   4. libFuzzer over the frame parser (clang), seeded from pcaps/, for
 #      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
 # Each stage ends with ctest's summary line; the script stops at the first failure.
@@ -67,11 +67,11 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_ctest build-asan --output-on-failure -j"$jobs" -LE 'interop|grid'
 
-stage "ThreadSanitizer: the provider's threads (stress, contexts)"
+stage "ThreadSanitizer: the provider's threads (stress, contexts, fork while busy)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_TSAN=ON -DUROCE_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target uroce_ibverbs runtime_test
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  run_ctest build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts)$'
+  run_ctest build-tsan --output-on-failure -R '^verbs\.runtime\.(stress|contexts|forkbusy)$'
 
 stage "fuzzing the frame parser and the engine for ${UROCE_FUZZ_SECONDS:-60} s each"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \

@@ -323,6 +323,7 @@ bool Runtime::drive(bool posted, size_t* work) {
 }
 
 void Runtime::kick() {
+  if (inherited()) return;  // the parent's progress thread, which is not ours to wake
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t r = write(progress.wake_fd, &one, sizeof one);
 }

@@ -112,6 +112,9 @@ struct Runtime {
   bool drive(bool posted, size_t* work = nullptr);
   /// One pass with `emu` held: engine poll, completion-channel and async events, counters.
   size_t pass_locked();
+  /// A copy fork() made of the parent's device (its engine runs no pass, its threads are
+  /// not here: fork_prepare in runtime.cc).
+  bool inherited() const;
   /// Async events the engine raised, to their contexts' pipes (emu held).
   void deliver_async_locked();
   /// After `emu` is released by a thread that changed the engine: wakes the parked progress

@@ -44,6 +44,7 @@ namespace {
 std::mutex g_registry_mu;        // Device::runtime, Runtime::refs, g_live
 std::vector<Runtime*>* g_live;   // open runtimes, for the exit hook (never freed)
 std::atomic<pid_t> g_live_pid{0};  // the process g_live belongs to (fork copies it)
+std::atomic<pid_t> g_self_pid{0};  // this process (getpid() is a system call), kept by fork_child
 // In a child after fork: the parent's runtimes, copied with its memory. Never used, never
 // freed (they hold the parent's sockets and threads that are not in this process).
 std::vector<Runtime*>* g_inherited;
@@ -525,12 +526,32 @@ __attribute__((destructor)) void at_exit() {
   }
 }
 
-/// fork() copies the registry lock in whatever state another thread held it: take it around
-/// the fork so that the child's copy is free.
-void fork_prepare() { g_registry_mu.lock(); }
-void fork_release() { g_registry_mu.unlock(); }
+/// fork() copies every lock in whatever state another thread held it. Around the fork we hold
+/// the registry lock and each open device's engine lock, so that no engine pass (the progress
+/// thread's, say) is under way at that instant: the child's copies are free and each engine
+/// is whole. A child that then calls a verb on a context it inherited gets an answer, not a
+/// lock that nobody will ever release (pyverbs' test_multi_process_alloc_dm allocates
+/// device memory that way in five children at once); it runs no engine pass (Runtime::pass_locked).
+bool g_fork_locked = false;  // fork_prepare took the engine locks (the child's copy says so too)
+void fork_prepare() {
+  g_registry_mu.lock();
+  g_fork_locked = g_live != nullptr && g_live_pid.load() == getpid();
+  if (g_fork_locked)
+    for (Runtime* rt : *g_live) rt->emu.lock();
+}
+void fork_release() {
+  if (g_fork_locked)
+    for (auto it = g_live->rbegin(); it != g_live->rend(); ++it) (*it)->emu.unlock();
+  g_fork_locked = false;
+  g_registry_mu.unlock();
+}
+void fork_child() {
+  fork_release();  // the child's copies of the same locks, held by this same thread
+  g_self_pid.store(getpid());
+}
 __attribute__((constructor)) void register_fork_handlers() {
-  pthread_atfork(fork_prepare, fork_release, fork_release);
+  g_self_pid.store(getpid());
+  pthread_atfork(fork_prepare, fork_release, fork_child);
 }
 
 }  // namespace
@@ -585,7 +606,12 @@ void Runtime::watch_link(uint64_t now, bool initial) {
   }
 }
 
+bool Runtime::inherited() const { return pid != g_self_pid.load(std::memory_order_relaxed); }
+
 size_t Runtime::pass_locked() {
+  // A forked child's copy of its parent's device: its port's socket is the parent's, so a
+  // pass here would take the parent's frames and send in its name. It does nothing.
+  if (inherited()) return 0;
   const uint64_t now = now_ns();
   // The link watch (an ioctl) and the counters for `uroce stats` run every 100 ms, in
   // whichever thread's pass comes then: in any other pass each is one comparison. They are

@@ -14,6 +14,9 @@
  *              its own (the af_packet port: nothing of the parent's is reused) and moves
  *              data over it, or with UROCE_PORT=dpdk cannot (DPDK runs once per process
  *              image: ENODEV); its exit removes none of the parent's files
+ *   forkbusy   children forked while another thread runs engine passes use the context they
+ *              inherited (ibv_query_device, device memory): none hangs on a lock copied while
+ *              held, and the parent's device keeps working
  *   exit       exit() while a thread is still posting and every object is open: a clean
  *              exit, no counters file left
  *   cqevents   a completion event that was never read dies with its CQ: after the CQ is
@@ -741,6 +744,58 @@ static int mode_fork(void) {
   return 0;
 }
 
+/* forkbusy: a thread keeps the device's engine busy (polling an empty CQ runs engine passes)
+ * while the main thread forks 100 children. Each child calls verbs on the context it
+ * inherited: ibv_query_device and device memory (pyverbs' test_multi_process_alloc_dm does
+ * the latter in five children). Before the fork handler took the engine lock around fork(),
+ * a child forked during a pass found that lock held forever and hung (the CI of 2026-11-27:
+ * the pyverbs suite's 900 s timeout). */
+static int g_busy_stop;
+static void* busy_poll(void* arg) {
+  struct ibv_cq* cq = arg;
+  struct ibv_wc wc;
+  while (!__atomic_load_n(&g_busy_stop, __ATOMIC_RELAXED)) ibv_poll_cq(cq, 1, &wc);
+  return NULL;
+}
+
+static int mode_forkbusy(void) {
+  struct ep a, b;
+  g_main_pid = getpid();
+  struct ibv_context* c = open_pair(&a, &b, 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, busy_poll, b.cq) == 0, "pthread_create");
+  for (int i = 0; i < 100; ++i) {
+    const pid_t pid = fork();
+    CHECK(pid >= 0, "fork: errno %d", errno);
+    if (pid == 0) {
+      alarm(20);  /* a child stuck on a lock copied while held dies instead of hanging */
+      struct ibv_device_attr attr;
+      int ok = ibv_query_device(c, &attr) == 0;
+      struct ibv_alloc_dm_attr da = {.length = 4096};
+      struct ibv_dm* dm = ok ? ibv_alloc_dm(c, &da) : NULL;
+      ok = dm != NULL && ibv_free_dm(dm) == 0;
+      _exit(ok ? 0 : 3);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid: errno %d", errno);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "child %d of 100: %s %d (a verb on the inherited context %s)", i,
+          WIFSIGNALED(st) ? "killed by signal" : "exit status",
+          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+          WIFSIGNALED(st) ? "never returned" : "failed");
+  }
+  __atomic_store_n(&g_busy_stop, 1, __ATOMIC_RELAXED);
+  pthread_join(t, NULL);
+  exchange(&a, &b, 14);  /* the parent's device still works */
+  exchange(&b, &a, 15);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c) == 0, "close");
+  printf("ok: forkbusy: 100 children forked while a thread ran engine passes each queried the "
+         "inherited context and allocated and freed device memory on it\n");
+  return 0;
+}
+
 static struct ep ex_a, ex_b, ex_c, ex_d;
 
 static void* post_forever(void* arg) {
@@ -1006,6 +1061,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "loop")) return mode_loop(argc > 2 ? atoi(argv[2]) : 1000);
   if (!strcmp(m, "stress")) return mode_stress();
   if (!strcmp(m, "fork")) return mode_fork();
+  if (!strcmp(m, "forkbusy")) return mode_forkbusy();
   if (!strcmp(m, "exit")) return mode_exit();
   if (!strcmp(m, "cqevents")) return mode_cqevents();
   if (!strcmp(m, "regmr")) return mode_regmr();
@@ -1014,7 +1070,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
   if (!strcmp(m, "batch") && argc > 2) return mode_batch(argv[2]);
   if (!strcmp(m, "answer") && argc > 2) return mode_answer(argv[2]);
-  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|exit|"
+  fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|forkbusy|exit|"
           "cqevents|regmr|mcast IFACE|link IFACE|passive UROCE|batch UROCE|answer UROCE\n",
           argv[0]);
   return 2;
