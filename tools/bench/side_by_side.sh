@@ -17,6 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-3}
+# Bandwidth runs last as long as iperf3's (-t 3): a fixed count of 64 KiB messages (-n 5000,
+# as before 2026-11-27) is over in a tenth of a second, start-up included, and its figure
+# swung by 10-15 % between runs.
+bw_secs=3
 for t in iperf3 qperf ib_write_bw; do
   command -v "$t" >/dev/null || { echo "side_by_side: $t is missing: run tools/install-deps.sh"; exit 1; }
 done
@@ -212,15 +216,15 @@ row kernel "iperf3 UDP 8000 B" MB/s - iperf udp_MBps -u -b 0 -l 8000
 row kernel "qperf tcp_lat 8 B" us - qperf_lat tcp_lat
 row kernel "qperf udp_lat 8 B" us - qperf_lat udp_lat
 mpps_to_msgs() { awk '{printf "%d %s %s\n", $1 * 1e6, $2, $3}'; }
-bw64() { perftest 5 ib_write_bw -d uroce0 -x 1 -n 1000000 -s 64 | mpps_to_msgs; }
+bw64() { perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_to_msgs; }
 row uroce "ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" bw64
-row uroce "ib_write_bw 4 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -n 20000 -s 4096
-row uroce "ib_write_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
-row uroce "ib_send_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_send_bw -d uroce0 -x 1 -n 5000 -s 65536
-row uroce "ib_read_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_read_bw -d uroce0 -x 1 -n 5000 -s 65536
-row uroce "ib_write_bw -q 1 4 KiB" MB/s - perftest 4 ib_write_bw -d uroce0 -x 1 -n 20000 -s 4096 -q 1
-row uroce "ib_write_bw -q 16 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -n 2000 -s 4096 -q 16
-row uroce "ib_write_bw -q 256 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -n 200 -s 4096 -q 256
+row uroce "ib_write_bw 4 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096
+row uroce "ib_write_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row uroce "ib_send_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_send_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row uroce "ib_read_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_read_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row uroce "ib_write_bw -q 1 4 KiB" MB/s - perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096 -q 1
+row uroce "ib_write_bw -q 16 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096 -q 16
+row uroce "ib_write_bw -q 256 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096 -q 256
 row uroce "ib_send_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_write_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_read_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
@@ -233,20 +237,20 @@ row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_re
 dpdk() { export UROCE_PORT=dpdk; "$@"; unset UROCE_PORT; }
 nogso() { export UROCE_GSO=no; "$@"; unset UROCE_GSO; }
 nobatch() { export UROCE_BATCH=no; "$@"; unset UROCE_BATCH; }  # a pass per post
-nbbw64() { nobatch perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+nbbw64() { nobatch perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_to_msgs; }
 row dpdk "no-batch ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" nbbw64
-dbw64() { dpdk perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+dbw64() { dpdk perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_to_msgs; }
 row dpdk "dpdk ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" dbw64
-row dpdk "dpdk ib_write_bw 64 KiB" MB/s "iperf3 TCP" dpdk perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
-row dpdk "no-GSO ib_write_bw 64 KiB" MB/s "iperf3 TCP" nogso perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row dpdk "dpdk ib_write_bw 64 KiB" MB/s "iperf3 TCP" dpdk perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row dpdk "no-GSO ib_write_bw 64 KiB" MB/s "iperf3 TCP" nogso perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row dpdk "dpdk ib_send_lat 8 B" us "qperf udp_lat 8 B" dpdk perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row dpdk "dpdk ib_write_lat 8 B" us "qperf udp_lat 8 B" dpdk perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 # The same veth through uroce's AF_XDP port (port = af_xdp) instead of the packet socket.
-xbw64() { xdp perftest 5 ib_write_bw -d uroce0 -x 1 -n 100000 -s 64 | mpps_to_msgs; }
+xbw64() { xdp perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_to_msgs; }
 row af_xdp "xdp ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" xbw64
-row af_xdp "xdp ib_write_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
-row af_xdp "xdp ib_send_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_send_bw -d uroce0 -x 1 -n 5000 -s 65536
-row af_xdp "xdp ib_read_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_read_bw -d uroce0 -x 1 -n 5000 -s 65536
+row af_xdp "xdp ib_write_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row af_xdp "xdp ib_send_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_send_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row af_xdp "xdp ib_read_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_read_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row af_xdp "xdp ib_send_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row af_xdp "xdp ib_write_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 # The middleware over the kernel's TCP and over uroce, on the same link.
@@ -262,7 +266,7 @@ if [ -x "$mpi_pp" ] && command -v mpirun.openmpi >/dev/null; then
 fi
 # Shared memory between two processes (no kernel interface), against one core's memcpy.
 row memif "memcpy 1 core 64 KiB" MB/s - memcpy_bw
-row memif "memif ib_write_bw 64 KiB" MB/s "iperf3 TCP" memif 4 ib_write_bw -d uroce0 -x 1 -n 5000 -s 65536
+row memif "memif ib_write_bw 64 KiB" MB/s "iperf3 TCP" memif 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row memif "memif ib_send_lat 8 B" us "qperf udp_lat 8 B" memif 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "idle with device open" "% of a core" - idle_cpu
 row uroce "blocked in get_cq_event" "% of a core" - blocked_cpu
