@@ -57,6 +57,8 @@ namespace uroce {
   X(access_naks_sent, "NAK remote access error sent")                                   \
   X(rem_op_naks_sent, "NAK remote operational error sent")                              \
   X(acks_sent, "ACK packets sent")                                                      \
+  X(acks_held, "bursts of ACKs kept back for the application's reply, to leave with it")  \
+  X(acks_held_alone, "of those, bursts that left alone (no reply came in time)")          \
   X(seq_naks_rcvd, "NAK PSN sequence error received")                                   \
   X(rnr_naks_rcvd, "RNR NAK received")                                                  \
   X(error_naks_rcvd, "NAK invalid request / access / operational error received")       \

@@ -266,6 +266,13 @@ class Engine {
   }
 
   bool pop_async_event(AsyncEvent* ev);
+  /// For the next poll() only: if all it has to send is ACKs, they wait, up to `hold_ns`
+  /// after they were first kept, for something else to send (the application's reply, most
+  /// likely), and then leave in one burst with it, ACKs first; the first poll after that
+  /// sends them anyway, as does any flush. 0: no wait. The verbs provider asks for it in the
+  /// polls of an application that answers at once (docs/threading.md, "The ACK rides with
+  /// the reply").
+  void hold_acks_next_poll(uint64_t hold_ns) { ack_hold_ns_ = hold_ns; }
 
   // ---- QP1, the general services QP (the connection manager) -------------------------------
   static constexpr uint32_t kGsiQkey = 0x80010000;
@@ -505,6 +512,10 @@ class Engine {
     rx_seq_.store(rx_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   std::vector<Frame*> tx_batch_;
+  size_t tx_batch_acks_ = 0;     // how many of tx_batch_ are ACKs (send_ack)
+  uint64_t ack_hold_ns_ = 0;     // hold_acks_next_poll()
+  uint64_t acks_held_at_ = 0;    // when ACKs alone in tx_batch_ were first kept (0: none)
+  uint64_t acks_held_until_ = 0;
   static constexpr size_t kLoopbackQueue = 4096;  // frames to ourselves waiting for poll()
   Ring<Frame*> loopback_;
   Counters counters_;

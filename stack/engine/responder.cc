@@ -116,6 +116,7 @@ void Engine::send_ack(Qp* qp, uint8_t syndrome, Psn psn, uint32_t msn) {
   Frame* f = build_packet(h, 0, &lay);
   if (f == nullptr) return;  // the requester's timer will recover
   send_built(f, lay);
+  if (!tx_batch_.empty() && tx_batch_.back() == f) ++tx_batch_acks_;  // (not looped back)
 }
 
 void Engine::queue_ack(Qp* qp, Psn psn) {

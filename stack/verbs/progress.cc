@@ -232,6 +232,17 @@ bool await_answer(Runtime* rt, uint64_t since, ibv_cq* cq) {
 void app_posted(Runtime* rt) {
   const uint64_t now = now_ns();
   rt->progress.last_app_poll.store(now, std::memory_order_relaxed);
+  // A reply: a post soon after a poll that returned completions (kAckHoldNs).
+  ProgressState& p = rt->progress;
+  if (const uint64_t polled = p.completions_polled_at.exchange(0, std::memory_order_relaxed);
+      polled != 0) {
+    const uint32_t score = p.reply_score.load(std::memory_order_relaxed);
+    if (now - polled > kAckHoldNs) {
+      p.reply_score.store(0, std::memory_order_relaxed);
+    } else if (score < kReplyScore) {
+      p.reply_score.store(score + 1, std::memory_order_relaxed);
+    }
+  }
   rt->progress.rx_seq_at_post.store(rt->engine->rx_seq(), std::memory_order_relaxed);
   app_back(rt, now, true);
 }
@@ -275,6 +286,7 @@ void send_posted(Runtime* rt) {
 int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq) {
   app_back(rt, now, false);
   if (got > 0) {
+    rt->progress.completions_polled_at.store(now_ns(), std::memory_order_relaxed);
     // An application that waits for the answer right here gets it from this poll: it is
     // back at once, and the progress thread is neither needed nor woken.
     const bool awaited = await_answer(rt, now, cq);

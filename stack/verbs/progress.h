@@ -60,6 +60,15 @@ inline constexpr uint32_t kAnswerScore = 4;
 /// meanwhile, and the progress thread need not be woken for the packet.
 inline constexpr uint64_t kMaxAnswerWaitNs = 100'000;
 inline constexpr uint64_t kAnswerNeutral = ~uint64_t{0};
+/// The ACK rides with the reply: an application that posts within kAckHoldNs of a poll that
+/// returned completions, kReplyScore times in a row, answers what it receives at once (a
+/// ping-pong, a request-response middleware). Its polls (of CQs without a completion
+/// channel) then keep ACKs that would leave alone for up to kAckHoldNs, so that each leaves
+/// in one write with the reply that follows (Engine::hold_acks_next_poll): one system call,
+/// and one trip through the kernel, fewer per message. An ACK that waited in vain resets the
+/// count.
+inline constexpr uint64_t kAckHoldNs = 5'000;
+inline constexpr uint32_t kReplyScore = 3;
 
 /// What the application's threads and the progress thread tell each other (atomics: read
 /// and written without the engine lock).
@@ -93,6 +102,10 @@ struct ProgressState {
   std::atomic<uint64_t> answered_after{0};
   std::atomic<uint64_t> rx_seq_at_post{0};  // Engine::rx_seq() at the application's last post
   std::atomic<uint64_t> answer_gap_ns{0};
+  // The ACK rides with the reply (kAckHoldNs): when the application's last poll returned
+  // completions, and how often in a row it posted soon after one.
+  std::atomic<uint64_t> completions_polled_at{0};
+  std::atomic<uint32_t> reply_score{0};
   std::atomic<bool> napping{false};
   std::atomic<bool> handoff{false};
   // Waking on traffic (docs/threading.md): with nothing to do, the progress thread sleeps in

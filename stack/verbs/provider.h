@@ -112,6 +112,7 @@ struct Runtime {
   bool drive(bool posted, size_t* work = nullptr);
   /// One pass with `emu` held: engine poll, completion-channel and async events, counters.
   size_t pass_locked();
+  uint64_t acks_alone_seen = 0;  // the engine's acks_held_alone when a pass last looked (emu)
   /// A copy fork() made of the parent's device (its engine runs no pass, its threads are
   /// not here: fork_prepare in runtime.cc).
   bool inherited() const;
@@ -230,6 +231,9 @@ int dealloc_mw(ibv_mw* mw);
 bool is_parent_domain(ibv_pd* pd);
 /// Completion-channel events for armed CQs that got a completion (objects.cc; emu held).
 void deliver_cq_events(Runtime* rt);
+/// Set by ibv_poll_cq around the passes it drives: how long the engine may keep ACKs that
+/// would leave alone (kAckHoldNs; 0: not at all). pass_locked hands it to the engine.
+inline thread_local uint64_t t_ack_hold_ns = 0;
 /// Destroys every object the application left in the context (objects.cc; at close).
 void destroy_context_objects(ContextState* s);
 /// What the async pipe carries: the event and the number of the object it names (QPN, or the

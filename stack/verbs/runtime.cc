@@ -619,7 +619,13 @@ size_t Runtime::pass_locked() {
   // the engine nearly all the time, and the progress thread's try-lock would seldom win (a
   // link going down, or a stuck QP in `uroce stats`, would go unseen).
   watch_link(now);
+  engine->hold_acks_next_poll(t_ack_hold_ns);
   size_t work = engine->poll(now);
+  // ACKs kept for a reply that did not come: this application does not answer at once.
+  if (const uint64_t alone = engine->counters()[Counter::acks_held_alone]; alone != acks_alone_seen) {
+    acks_alone_seen = alone;
+    progress.reply_score.store(0, std::memory_order_relaxed);
+  }
   if (cm) work += cm->poll();
   deliver_cq_events(this);
   deliver_async_locked();

@@ -37,6 +37,7 @@ class CapturePort final : public Port {
     return n;
   }
   uint16_t tx_burst(uint64_t, std::span<Frame* const> frames) override {
+    if (!frames.empty()) ++bursts;
     for (Frame* f : frames) {
       sent_.emplace_back(f->data, f->data + f->len);
       pool_.free(f);
@@ -48,6 +49,7 @@ class CapturePort final : public Port {
   uint32_t max_frame_len() const override { return 9018; }
   std::array<uint8_t, 6> mac() const override { return {0x02, 0, 0, 0, 0, 0x0b}; }
   size_t pool_available() const { return pool_.available(); }
+  uint64_t bursts = 0;  // tx_burst calls that sent something (a burst is one write to a socket)
 
  private:
   drivers::FramePool pool_;

@@ -56,6 +56,85 @@ TEST_F(Responder, DuplicateWriteIsReAckedNotReExecuted) {
   EXPECT_EQ(engine->counters()[Counter::dup_requests], 1u);
 }
 
+// The ACK rides with the reply (Engine::hold_acks_next_poll, docs/threading.md): asked to,
+// a poll whose only frames are ACKs keeps them for the application's reply.
+class AckHold : public Responder {
+ protected:
+  /// A SEND of 8 bytes from the fixture's QP (the application's reply).
+  void reply() {
+    ibv_sge s{reinterpret_cast<uint64_t>(mem.data() + 32), 8, mr->key};
+    ibv_send_wr w{};
+    w.wr_id = 9;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(engine->post_send(qp, &w, nullptr), 0);
+  }
+  std::vector<ParsedPacket> held_step(uint64_t advance_ns = 1000) {
+    engine->hold_acks_next_poll(5000);
+    now += advance_ns - 1000;  // step() adds 1000
+    return step();
+  }
+};
+
+TEST_F(AckHold, TheAckWaitsForTheReplyAndLeavesFirstInItsBurst) {
+  // A WRITE with AckReq arrives in a poll that may hold ACKs. Expect: nothing sent, the
+  // engine due again within the hold; then the reply goes out in one burst behind the ACK.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 0x5A), reth(0, 16));
+  EXPECT_TRUE(held_step().empty());
+  EXPECT_EQ(mem[32], 0x5A);  // executed, only the ACK waits
+  EXPECT_EQ(engine->counters()[Counter::acks_held], 1u);
+  EXPECT_LE(engine->next_deadline(), now + 5000);
+  EXPECT_TRUE(held_step().empty());  // 2 us into the hold: still waiting
+  reply();
+  const uint64_t bursts = port.bursts;
+  auto out = held_step();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(port.bursts, bursts + 1);  // one write
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
+  EXPECT_EQ(out[1].hdr.bth.opcode, opcode::kRcSendOnly);
+  EXPECT_EQ(out[1].hdr.bth.psn, 5000u);
+  EXPECT_EQ(engine->counters()[Counter::acks_held_alone], 0u);
+}
+
+TEST_F(AckHold, AnAckWithoutAReplyLeavesAloneWhenTheHoldEnds) {
+  // No reply comes: the ACK stays while the hold lasts (the engine's deadline says when it
+  // ends) and leaves with the first poll after it, counted as held in vain.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 0x5A), reth(0, 16));
+  EXPECT_TRUE(held_step().empty());
+  const uint64_t until = engine->next_deadline();
+  EXPECT_EQ(until, now + 5000);
+  EXPECT_TRUE(held_step(until - now - 1).empty());
+  auto out = held_step(1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(engine->counters()[Counter::acks_held_alone], 1u);
+  EXPECT_GT(engine->next_deadline(), until);  // nothing held any more
+}
+
+TEST_F(AckHold, OnlyAHoldingPollHoldsAndOnlyAcks) {
+  // A poll not asked to hold sends the ACK at once; a READ response is never held (the
+  // requester waits for it); neither is a held ACK once a later poll does not hold.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 0x5A), reth(0, 16));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  send(opcode::kRcReadRequest, kEpsn + 1, {}, reth(0, 8));
+  out = held_step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  send(opcode::kRcWriteOnly, kEpsn + 2, std::vector<uint8_t>(16, 0x5B), reth(0, 16));
+  EXPECT_TRUE(held_step().empty());
+  out = step();  // no hold asked: the waiting ACK goes
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 2);
+  EXPECT_EQ(engine->counters()[Counter::acks_held], 1u);
+  EXPECT_EQ(engine->counters()[Counter::acks_held_alone], 1u);
+}
+
 TEST_F(Responder, DuplicatesWithoutAckReqAreAckedOncePerBurst) {
   // WRITE FIRST and MIDDLE at ePSN, ePSN+1, no AckReq: executed, nothing sent (ACKs
   // coalesce). The requester's go-back-N round then re-sends both, still without AckReq

@@ -40,6 +40,11 @@
  *              CQ, spin on memory for the peer's WRITE): each device's polls come to receive
  *              the peer's WRITE themselves before returning (`progress_answers`, "waiting
  *              for the answer" in docs/threading.md); every byte checked
+ *   reply UROCE  two threads ping-pong SENDs as ib_send_lat does (poll the CQ until the peer's
+ *              SEND, answer at once): the ACK for each SEND leaves with the answer
+ *              (`acks_held`, "The ACK rides with the reply" in docs/threading.md); then the
+ *              same with each CQ armed for completion events before it is polled, as
+ *              event-driven programs do: no ACK is kept then; every byte checked
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -359,6 +364,117 @@ static int mode_answer(const char* uroce) {
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: %d WRITE ping-pong rounds, data checked: the polls received the peer's WRITE "
          "themselves %lld times on uroce0 and %lld on uroce1\n", kAnswerRounds, n0, n1);
+  return 0;
+}
+
+/* The ACK rides with the reply (docs/threading.md). */
+enum { kReplyRounds = 2000, kReplyLen = 64 };
+
+struct replier {
+  struct ep* me;
+  int first;   /* sends first */
+  int events;  /* waits as an event-driven program: arm, poll, sleep in ibv_get_cq_event */
+};
+
+/* The next receive completion, skipping send completions. */
+static struct ibv_wc next_recv(const struct replier* p) {
+  for (long i = 0; i < 200000000L; ++i) {
+    struct ibv_wc wc;
+    if (p->events) CHECK(ibv_req_notify_cq(p->me->cq, 0) == 0, "ibv_req_notify_cq");
+    int n;
+    while ((n = ibv_poll_cq(p->me->cq, 1, &wc)) == 1) {
+      CHECK(wc.status == IBV_WC_SUCCESS, "completion %s", ibv_wc_status_str(wc.status));
+      if (wc.opcode == IBV_WC_RECV) return wc;
+    }
+    CHECK(n == 0, "ibv_poll_cq: %d", n);
+    if (p->events) {
+      struct ibv_cq* cq;
+      void* ctx;
+      CHECK(ibv_get_cq_event(p->me->ch, &cq, &ctx) == 0, "ibv_get_cq_event");
+      ibv_ack_cq_events(cq, 1);
+    }
+  }
+  CHECK(0, "no receive completion");
+  struct ibv_wc none = {0};
+  return none;
+}
+
+static void* reply_loop(void* arg) {
+  const struct replier* p = arg;
+  for (int r = 1; r <= kReplyRounds; ++r) {
+    if (!p->first || r > 1) {
+      const struct ibv_wc wc = next_recv(p);
+      const uint8_t want = (uint8_t)(r - (p->first ? 1 : 0));
+      CHECK(wc.byte_len == kReplyLen, "round %d: %u bytes", r, wc.byte_len);
+      for (int i = 0; i < kReplyLen; ++i)
+        CHECK(p->me->buf[MSG + i] == (uint8_t)(want * 5 + i + p->first), "round %d: byte %d", r, i);
+      post_recv(p->me, (uint64_t)r);  /* for the peer's next SEND */
+    }
+    for (int i = 0; i < kReplyLen; ++i) p->me->buf[i] = (uint8_t)(r * 5 + i + !p->first);
+    struct ibv_sge s = {(uintptr_t)p->me->buf, kReplyLen, p->me->mr->lkey};
+    struct ibv_send_wr w = {.wr_id = (uint64_t)r, .sg_list = &s, .num_sge = 1,
+                            .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    CHECK(ibv_post_send(p->me->qp, &w, &bad) == 0, "round %d: post SEND", r);
+  }
+  if (p->first) next_recv(p);  /* the peer's last answer */
+  return NULL;
+}
+
+/* Both devices' acks_held and acks_held_alone once their counters (each device publishes its
+ * own every 100 ms) show `frames` sent by each. */
+static void reply_counts(const char* uroce, long long frames, long long out[4]) {
+  int looks = 0;
+  while (stat_or(uroce, "uroce0", "tx_frames", 0) < frames ||
+         stat_or(uroce, "uroce1", "tx_frames", 0) < frames)
+    CHECK(++looks < 5000, "tx_frames stuck");
+  out[0] = stat_or(uroce, "uroce0", "acks_held", 0);
+  out[1] = stat_or(uroce, "uroce1", "acks_held", 0);
+  out[2] = stat_or(uroce, "uroce0", "acks_held_alone", 0);
+  out[3] = stat_or(uroce, "uroce1", "acks_held_alone", 0);
+}
+
+static void reply_phase(struct ibv_context* c0, struct ibv_context* c1, int events) {
+  struct ep a, b;
+  ep_init(&a, c0, events);
+  ep_init(&b, c1, events);
+  connect_pair(&a, &b);
+  post_recv(&a, 0);  /* the first receives: each loop posts the next after each SEND it gets */
+  post_recv(&b, 0);
+  struct replier pa = {&a, 1, events}, pb = {&b, 0, events};
+  pthread_t ta, tb;
+  CHECK(pthread_create(&tb, NULL, reply_loop, &pb) == 0 && pthread_create(&ta, NULL, reply_loop, &pa) == 0,
+        "threads");
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  ep_free(&a);
+  ep_free(&b);
+}
+
+static int mode_reply(const char* uroce) {
+  struct ibv_context* c0 = open_named("uroce0");
+  struct ibv_context* c1 = open_named("uroce1");
+  CHECK(c0 && c1, "open uroce0 and uroce1: errno %d", errno);
+  long long polled[4], evented[4];
+  reply_phase(c0, c1, 0);
+  /* Each side sent a SEND and an ACK per round (some ACKs are coalesced away). */
+  reply_counts(uroce, kReplyRounds, polled);
+  /* Once each side has seen its peer answer at once (a few rounds), every ACK waits for the
+   * answer that follows; one that waited in vain switches it off until three quick answers.
+   * Without the policy there are none. */
+  CHECK(polled[0] > kReplyRounds / 2 && polled[1] > kReplyRounds / 2,
+        "ACKs kept for the reply: %lld on uroce0, %lld on uroce1 of %d rounds", polled[0],
+        polled[1], kReplyRounds);
+  CHECK(polled[2] + polled[3] < kReplyRounds / 10, "ACKs that waited in vain: %lld and %lld",
+        polled[2], polled[3]);
+  reply_phase(c0, c1, 1);
+  reply_counts(uroce, 2LL * kReplyRounds, evented);
+  CHECK(evented[0] == polled[0] && evented[1] == polled[1],
+        "ACKs kept while the CQs were armed for events: %lld on uroce0, %lld on uroce1",
+        evented[0] - polled[0], evented[1] - polled[1]);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: %d SEND ping-pong rounds, data checked: %lld and %lld ACKs left with the answer "
+         "(%lld and %lld waited in vain); none kept with the CQs armed for events\n",
+         kReplyRounds, polled[0], polled[1], polled[2], polled[3]);
   return 0;
 }
 
@@ -1070,6 +1186,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
   if (!strcmp(m, "batch") && argc > 2) return mode_batch(argv[2]);
   if (!strcmp(m, "answer") && argc > 2) return mode_answer(argv[2]);
+  if (!strcmp(m, "reply") && argc > 2) return mode_reply(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|forkbusy|exit|"
           "cqevents|regmr|mcast IFACE|link IFACE|passive UROCE|batch UROCE|answer UROCE\n",
           argv[0]);

@@ -256,8 +256,11 @@ row af_xdp "xdp ib_write_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_write
 # The middleware over the kernel's TCP and over uroce, on the same link.
 row kernel "UCX tcp am_lat 8 B" us - ucx ubn0 tcp 3 -t am_lat -n 10000 -s 8
 row uroce "UCX rc_verbs am_lat 8 B" us "UCX tcp am_lat 8 B" ucx uroce0:1 rc_verbs 3 -t am_lat -n 10000 -s 8
-row kernel "UCX tcp put_bw 64 KiB" MB/s - ucx ubn0 tcp 6 -t put_bw -n 2000 -s 65536 -D zcopy
-row uroce "UCX rc_verbs put_bw 64 KiB" MB/s "UCX tcp put_bw 64 KiB" ucx uroce0:1 rc_verbs 6 -t put_bw -n 2000 -s 65536 -D zcopy
+# put_bw with 64 puts in flight (-O 64, as perftest keeps 128 WRITEs): ucx_perftest's default
+# (-O 0) waits for each put's completion before the next, which over rc_verbs is the peer's
+# ACK (one 64 KiB round trip at a time) and over tcp the socket taking the bytes.
+row kernel "UCX tcp put_bw 64 KiB" MB/s - ucx ubn0 tcp 6 -t put_bw -n 50000 -s 65536 -D zcopy -O 64
+row uroce "UCX rc_verbs put_bw 64 KiB" MB/s "UCX tcp put_bw 64 KiB" ucx uroce0:1 rc_verbs 6 -t put_bw -n 50000 -s 65536 -D zcopy -O 64
 if [ -x "$mpi_pp" ] && command -v mpirun.openmpi >/dev/null; then
   row kernel "Open MPI TCP 64 B" us - mpi 64 3 "${mpi_tcp[@]}"
   row uroce "Open MPI UCX 64 B" us "Open MPI TCP 64 B" mpi 64 3 "${mpi_ucx[@]}"
