@@ -273,6 +273,10 @@ class Engine {
   /// polls of an application that answers at once (docs/threading.md, "The ACK rides with
   /// the reply").
   void hold_acks_next_poll(uint64_t hold_ns) { ack_hold_ns_ = hold_ns; }
+  /// Sends ACKs kept so, if any.
+  void send_held_acks() {
+    if (acks_held_at_ != 0) flush_tx();
+  }
 
   // ---- QP1, the general services QP (the connection manager) -------------------------------
   static constexpr uint32_t kGsiQkey = 0x80010000;

@@ -140,6 +140,9 @@ class EngineLock {
       rt_->progress.batched.store(0, std::memory_order_relaxed);
       rt_->pass_locked();
     }
+    // ACKs kept for a reply (kAckHoldNs) leave before the verb changes anything: a QP
+    // destroyed, or the device closed, right after its last message still acknowledges it.
+    rt_->engine->send_held_acks();
   }
   ~EngineLock() {
     const bool check = rt_->progress.parked.load();

@@ -339,6 +339,10 @@ void teardown(Runtime* rt) {
   rt->stop = true;
   rt->kick();
   if (rt->progress_thread.joinable()) rt->progress_thread.join();
+  {
+    std::lock_guard<std::mutex> lock(rt->emu);
+    rt->engine->send_held_acks();  // the last message's ACK, kept for a reply that never came
+  }
   say_goodbye(rt);
   report_faults(rt);
   if (rt->quiet_fd >= 0) close(rt->quiet_fd);
