@@ -4,9 +4,9 @@
 #include "engine/stats_shm.h"
 
 #include <algorithm>
-#include <utility>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace uroce {
 
@@ -286,9 +286,8 @@ size_t Engine::poll(uint64_t now_ns) {
   run_tx();
   const uint64_t hold = std::exchange(ack_hold_ns_, 0);
   if (hold != 0 && !tx_batch_.empty() && tx_batch_acks_ == tx_batch_.size() &&
-      (acks_held_at_ == 0 || now_ < acks_held_until_)) {
-    if (acks_held_at_ == 0) {
-      acks_held_at_ = now_;
+      (acks_held_until_ == 0 || now_ < acks_held_until_)) {
+    if (acks_held_until_ == 0) {
       acks_held_until_ = now_ + hold;
       counters_.inc(Counter::acks_held);
     }
@@ -341,7 +340,7 @@ uint64_t Engine::next_deadline() const {
   if (!active_.empty() || !loopback_.empty() ||
       doorbell_rung_.load(std::memory_order_acquire))
     return now_;
-  if (acks_held_at_ != 0) return std::min(acks_held_until_, timers_.next_expiry());
+  if (acks_held_until_ != 0) return std::min(acks_held_until_, timers_.next_expiry());
   return timers_.next_expiry();
 }
 
@@ -671,10 +670,11 @@ void Engine::flush_tx() {
     off += n;
   }
   // Held ACKs that leave with nothing else did not meet a reply.
-  if (acks_held_at_ != 0 && tx_batch_acks_ == tx_batch_.size()) counters_.inc(Counter::acks_held_alone);
+  if (acks_held_until_ != 0 && tx_batch_acks_ == tx_batch_.size())
+    counters_.inc(Counter::acks_held_alone);
   tx_batch_.clear();
   tx_batch_acks_ = 0;
-  acks_held_at_ = 0;
+  acks_held_until_ = 0;
 }
 
 // ---- Local memory ---------------------------------------------------------------------------

@@ -275,7 +275,7 @@ class Engine {
   void hold_acks_next_poll(uint64_t hold_ns) { ack_hold_ns_ = hold_ns; }
   /// Sends ACKs kept so, if any.
   void send_held_acks() {
-    if (acks_held_at_ != 0) flush_tx();
+    if (acks_held_until_ != 0) flush_tx();
   }
 
   // ---- QP1, the general services QP (the connection manager) -------------------------------
@@ -518,8 +518,7 @@ class Engine {
   std::vector<Frame*> tx_batch_;
   size_t tx_batch_acks_ = 0;     // how many of tx_batch_ are ACKs (send_ack)
   uint64_t ack_hold_ns_ = 0;     // hold_acks_next_poll()
-  uint64_t acks_held_at_ = 0;    // when ACKs alone in tx_batch_ were first kept (0: none)
-  uint64_t acks_held_until_ = 0;
+  uint64_t acks_held_until_ = 0;  // ACKs alone in tx_batch_ are kept until then (0: none)
   static constexpr size_t kLoopbackQueue = 4096;  // frames to ourselves waiting for poll()
   Ring<Frame*> loopback_;
   Counters counters_;

@@ -57,9 +57,8 @@ struct Cq {
   uint32_t users = 0;       // QPs attached
   std::atomic<uint64_t> notify_gen{0};  // bumped when a completion lands (completion channels)
   // Completion-channel arming and event counts, kept here for the verbs provider (the engine
-  // ignores them): under the provider's notification lock.
-  // Written under the provider's notification lock; atomic so that ibv_poll_cq may look
-  // without it (an armed CQ's program is about to sleep for its event).
+  // ignores them): under the provider's notification lock (notify_armed is atomic so that
+  // ibv_poll_cq may also look without it: an armed CQ's program is about to sleep).
   std::atomic<bool> notify_armed{false};
   uint64_t notify_seen = 0;
   // Events about this CQ the application has read (ibv_get_cq_event / ibv_get_async_event),

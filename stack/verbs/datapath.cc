@@ -17,36 +17,33 @@ namespace {
 
 // ---- Context ops (data path) ------------------------------------------------------------
 
-/// after_poll without the poll's ACK hold: the passes that wait for the answer there
-/// (await_answer) send their ACKs at once.
-int after_poll_unheld(Runtime* rt, int got, uint64_t now, ibv_cq* cq) {
-  t_ack_hold_ns = 0;
-  return after_poll(rt, got, now, cq);
-}
-
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
   rt->progress.last_app_poll.store(now, std::memory_order_relaxed);
   rt->progress.last_cq_poll.store(now, std::memory_order_relaxed);
-  // The passes this poll drives keep ACKs back for the reply of an application that
-  // answers at once (kAckHoldNs); never on a CQ armed for a completion event, whose program
-  // polls it once more before it sleeps in the kernel.
-  const bool hold = !to_cq(cq)->notify_armed.load(std::memory_order_relaxed) &&
-                    rt->progress.reply_score.load(std::memory_order_relaxed) >= kReplyScore;
-  struct Hold {
-    explicit Hold(bool on) { t_ack_hold_ns = on ? kAckHoldNs : 0; }
-    ~Hold() { t_ack_hold_ns = 0; }
-  } scope(hold);
+  // The passes this poll drives (not those after_poll may run) keep ACKs back for the reply
+  // of an application that answers at once (kAckHoldNs); never on a CQ armed for a
+  // completion event, whose program polls it once more before it sleeps in the kernel.
+  const uint64_t hold = !to_cq(cq)->notify_armed.load(std::memory_order_relaxed) &&
+                                rt->progress.reply_score.load(std::memory_order_relaxed) >= kReplyScore
+                            ? kAckHoldNs
+                            : 0;
+  const auto drive = [rt, hold] {
+    t_ack_hold_ns = hold;
+    const bool ran = rt->drive(false);
+    t_ack_hold_ns = 0;
+    return ran;
+  };
   // Posts batched by a posting loop leave now: the application polls for their completions.
-  if (rt->progress.batched.load(std::memory_order_relaxed) != 0) rt->drive(false);
+  if (rt->progress.batched.load(std::memory_order_relaxed) != 0) drive();
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
-  if (got != 0 || n <= 0) return after_poll_unheld(rt, got, now, cq);
+  if (got != 0 || n <= 0) return after_poll(rt, got, now, cq);
   // Nothing there: a busy-polling application drives the engine itself, unless another
   // thread is doing so right now (then there is nothing to wait for: return empty).
-  if (!rt->drive(false)) return after_poll_unheld(rt, 0, now, cq);
-  return after_poll_unheld(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now, cq);
+  if (!drive()) return after_poll(rt, 0, now, cq);
+  return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now, cq);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {

@@ -286,12 +286,12 @@ void send_posted(Runtime* rt) {
 int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq) {
   app_back(rt, now, false);
   if (got > 0) {
-    rt->progress.completions_polled_at.store(now_ns(), std::memory_order_relaxed);
     // An application that waits for the answer right here gets it from this poll: it is
     // back at once, and the progress thread is neither needed nor woken.
     const bool awaited = await_answer(rt, now, cq);
     now = now_ns();
     rt->progress.last_completion.store(now, std::memory_order_relaxed);
+    rt->progress.completions_polled_at.store(now, std::memory_order_relaxed);
     if (!awaited && rt->progress.app_gap_ns.load(std::memory_order_relaxed) > kAppAwayNs &&
         rt->progress.napping.load(std::memory_order_relaxed) && rt->progress.napping.exchange(false)) {
       rt->progress.handoff.store(true);

@@ -62,8 +62,8 @@ inline constexpr uint64_t kMaxAnswerWaitNs = 100'000;
 inline constexpr uint64_t kAnswerNeutral = ~uint64_t{0};
 /// The ACK rides with the reply: an application that posts within kAckHoldNs of a poll that
 /// returned completions, kReplyScore times in a row, answers what it receives at once (a
-/// ping-pong, a request-response middleware). Its polls (of CQs without a completion
-/// channel) then keep ACKs that would leave alone for up to kAckHoldNs, so that each leaves
+/// ping-pong, a request-response middleware). Its polls (of CQs not armed for a completion
+/// event) then keep ACKs that would leave alone for up to kAckHoldNs, so that each leaves
 /// in one write with the reply that follows (Engine::hold_acks_next_poll): one system call,
 /// and one trip through the kernel, fewer per message. An ACK that waited in vain resets the
 /// count.

@@ -115,6 +115,21 @@ TEST_F(AckHold, AnAckWithoutAReplyLeavesAloneWhenTheHoldEnds) {
   EXPECT_GT(engine->next_deadline(), until);  // nothing held any more
 }
 
+TEST_F(AckHold, SendHeldAcksSendsThemAtOnce) {
+  // What a control verb and closing the device call: the kept ACK leaves now, in the hold.
+  send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 0x5A), reth(0, 16));
+  EXPECT_TRUE(held_step().empty());
+  engine->send_held_acks();
+  const auto sent_now = port.take_sent();
+  ASSERT_EQ(sent_now.size(), 1u);
+  ParsedPacket ack;
+  ASSERT_EQ(parse_frame(sent_now[0], ack), ParseError::kOk);
+  EXPECT_EQ(ack.hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(ack.hdr.bth.psn, kEpsn);
+  engine->send_held_acks();  // nothing kept: nothing sent
+  EXPECT_TRUE(port.take_sent().empty());
+}
+
 TEST_F(AckHold, OnlyAHoldingPollHoldsAndOnlyAcks) {
   // A poll not asked to hold sends the ACK at once; a READ response is never held (the
   // requester waits for it); neither is a held ACK once a later poll does not hold.
