@@ -1,6 +1,8 @@
 #include "fault/fault_injector.h"
 
 #include "common/red.h"
+#include "wire/cm_mad.h"
+#include "wire/packet.h"
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +21,15 @@ uint64_t add_sat(uint64_t a, uint64_t b) {
 // The two lanes draw from separate generators, so the faults one direction sees do not
 // depend on how much traffic the other direction carried.
 constexpr uint64_t kRxSeedSalt = 0x9E3779B97F4A7C15ull;
+
+bool is_cm_dreq(const Frame& f) {
+  wire::ParsedPacket p;
+  if (wire::parse_frame(wire::Bytes(f.data, f.len), p, {.verify_icrc = false}) != wire::ParseError::kOk)
+    return false;
+  // A MAD to the GSI QP: the attribute ID follows the 16 bytes before it in the MAD header.
+  return p.hdr.bth.opcode == wire::opcode::kUdSendOnly && p.hdr.bth.dest_qp == 1 &&
+         p.payload.size() >= 18 && wire::load_be16(&p.payload[16]) == wire::cm_attr::kDreq;
+}
 
 }  // namespace
 
@@ -177,7 +188,8 @@ void FaultInjector::corrupt(Lane& l, Frame* f) {
 }
 
 void FaultInjector::process(Lane& l, Frame* f, uint64_t now_ns) {
-  if (chance(l, cfg_.loss)) {
+  const bool spared = cfg_.spare_dreq && is_cm_dreq(*f);
+  if (chance(l, cfg_.loss) && !spared) {
     drop(l, f);
     return;
   }
@@ -194,11 +206,11 @@ void FaultInjector::process(Lane& l, Frame* f, uint64_t now_ns) {
       ++l.c.dup_skipped;
     }
   }
-  if (chance(l, cfg_.corrupt)) corrupt(l, f);
+  if (chance(l, cfg_.corrupt) && !spared) corrupt(l, f);
   if (chance(l, cfg_.ce) && set_ce(f->data, f->len)) ++l.c.ce_marked;
   reorder_stage(l, f, now_ns);
   if (copy != nullptr) {
-    if (chance(l, cfg_.corrupt)) corrupt(l, copy);
+    if (chance(l, cfg_.corrupt) && !spared) corrupt(l, copy);
     reorder_stage(l, copy, now_ns);
   }
 }

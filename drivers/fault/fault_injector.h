@@ -5,7 +5,9 @@
 // Each direction (tx: frames given to tx_burst; rx: frames returned by rx_burst) is a
 // "lane" with its own RNG and counters. A frame moving through an enabled lane meets:
 //
-//   loss       -> dropped (freed) with probability `loss`
+//   loss       -> dropped (freed) with probability `loss`, except a CM DREQ when spare_dreq
+//                 is set (it meets neither loss nor corruption; the draws are made all the
+//                 same, so the other frames see the faults they would have seen)
 //   duplicate  -> a copy follows it with probability `duplicate` (skipped when the pool is
 //                 empty: counted in dup_skipped)
 //   corrupt    -> one random bit of one random byte flipped, for the frame and for its copy
@@ -68,6 +70,11 @@ struct FaultConfig {
   bool rx_side = false;           // apply to frames returned by rx_burst
   bool tx_side = true;            // apply to frames given to tx_burst
   uint32_t hold_capacity = 4096;  // delayed frames held per lane; beyond it frames are dropped
+  // The CM's disconnect request (a MAD to QP1, attribute 0x0015) is never lost or corrupted.
+  // A program that calls rdma_disconnect and then rdma_destroy_id at once (rping, rstream)
+  // cancels the DREQ's retries (the kernel's CM and uroce's alike): lost once, it never
+  // arrives, and the peer waits for it forever. A test of recovery under loss spares it.
+  bool spare_dreq = false;
 };
 
 class FaultInjector final : public PortDecorator {

@@ -196,7 +196,7 @@ std::string parse_dcqcn(const std::string& text, DcqcnConfig* out) {
 std::string parse_fault(const std::string& text, FaultSpec* out) {
   static const char* const kHelp =
       " (e.g. fault = loss=0.01,reorder=0.05; keys: loss, duplicate, corrupt, ce, reorder, window, "
-      "hold_us, delay_us, jitter_us, seed, side)";
+      "hold_us, delay_us, jitter_us, seed, side, spare=dreq)";
   FaultSpec f;
   f.enabled = true;
   const std::string err = for_each_item(text, [&f](const std::string& k, const std::string& v,
@@ -205,6 +205,11 @@ std::string parse_fault(const std::string& text, FaultSpec* out) {
       if (v != "tx" && v != "rx" && v != "both") return "fault side '" + v + "' must be tx, rx or both";
       f.tx_side = v != "rx";
       f.rx_side = v != "tx";
+      return "";
+    }
+    if (k == "spare") {
+      if (v != "dreq") return "fault spare '" + v + "' must be dreq (the CM's disconnect request)";
+      f.spare_dreq = true;
       return "";
     }
     double x = 0;

@@ -66,6 +66,7 @@ struct FaultSpec {
   uint64_t jitter_ns = 0;
   bool tx_side = true;
   bool rx_side = false;
+  bool spare_dreq = false;  // spare=dreq: the CM's DREQ is never lost (FaultConfig)
 };
 
 /// Parses "loss=0.01,reorder=0.05,..." into *out; returns an error text or "".

@@ -472,6 +472,7 @@ Runtime* open_runtime(Device* d) {
     fc.jitter_ns = dc.fault.jitter_ns;
     fc.tx_side = dc.fault.tx_side;
     fc.rx_side = dc.fault.rx_side;
+    fc.spare_dreq = dc.fault.spare_dreq;
     rt->fault = std::make_unique<drivers::FaultInjector>(*port, fc);
     port = rt->fault.get();
   }

@@ -105,6 +105,9 @@ ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt) 
   const size_t pad = h.bth.pad_count;
   if (pad > body) return ParseError::kBadPad;
   if (!info.has_payload && body != 0) return ParseError::kBadPayloadLen;
+  // The pad count aligns the payload to 4 bytes (IBA 9.2: on InfiniBand the packet length is
+  // counted in words, so nothing else can reach the wire); over UDP any length can arrive.
+  if (body % 4 != 0) return ParseError::kBadPad;
   // Only the packet that ends a message may be padded: first/middle carry whole MTUs.
   if (pad != 0 && !info.ends_message()) return ParseError::kBadPad;
   out.payload = roce.subspan(info.length, body - pad);

@@ -110,6 +110,10 @@ TEST(Config, FaultSettingDescribesTheInjector) {
   EXPECT_NE(parse_fault("reorder=0.1,hold_us=0", &g), "");
   EXPECT_FALSE(g.tx_side);
   EXPECT_TRUE(g.rx_side);
+  EXPECT_FALSE(g.spare_dreq);
+  ASSERT_EQ(parse_fault("loss=0.05,spare=dreq", &g), "");
+  EXPECT_TRUE(g.spare_dreq);
+  EXPECT_NE(parse_fault("loss=0.05,spare=rep", &g).find("must be dreq"), std::string::npos);
   Config c;
   std::string err;
   ASSERT_TRUE(apply_env(env_of({{"UROCE_IFACE", "v0"}, {"UROCE_FAULT", "loss=0.2"}}), &c, &err))

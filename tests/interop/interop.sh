@@ -175,6 +175,26 @@ EOF
   fi
 }
 
+# The guest's netem, where a case asks for one. A lossy netem spares the CM's DREQ (a MAD to
+# QP1, attribute 0x0015, matched at fixed offsets from the IPv4 header: BTH at 28, the MAD's
+# attribute ID at 64): a prio qdisc's second band, where all traffic goes by default, holds
+# the netem; a u32 filter sends DREQs to the first. A program that disconnects and destroys
+# its id at once (rping, rstream) cancels the DREQ's retries, in the kernel's CM as in
+# uroce's: lost once, it never arrives, and the peer waits for it until the case times out.
+# That is not the recovery these cases test (uroce's own fault injector spares it as well).
+guest_netem() {
+  [ -n "$netem" ] || return 0
+  case "$netem" in
+    *loss*) cat <<EOF
+tc qdisc add dev eth0 root handle 1: prio bands 2 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 || exit 90
+tc qdisc add dev eth0 parent 1:2 handle 20: netem $netem || exit 90
+tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u8 0x64 0xff at 28 match u32 0x00000001 0x00ffffff at 32 match u16 0x0015 0xffff at 64 flowid 1:1 || exit 90
+EOF
+      ;;
+    *) echo "tc qdisc add dev eth0 root netem $netem || exit 90" ;;
+  esac
+}
+
 # guest_script N CMD PORT: the job that runs CMD in the guest: netem set up first, the program
 # bounded by CASE_TIMEOUT and stopped early when the host cancels the job; job.N.listening
 # appears once something listens on PORT (servers): a TCP socket, or an rdma_cm id (the
@@ -183,7 +203,7 @@ guest_script() {
   local n=$1 cmd=$2 port=$3
   cat <<EOF
 tc qdisc del dev eth0 root 2>/dev/null
-${netem:+tc qdisc add dev eth0 root netem $netem || exit 90}
+$(guest_netem)
 timeout $CASE_TIMEOUT $cmd &
 p=\$!
 ( while kill -0 \$p 2>/dev/null; do [ -e /host/job.$n.cancel ] && kill \$p; sleep 0.2; done ) &
@@ -290,6 +310,8 @@ cmd_list() {
 # uroce_side ROLE LOG ARGS...: runs a program on uroce in the namespace.
 uroce_cmd() {
   local fault=$1 pcap=$2; shift 2
+  # Loss and corruption spare the CM's DREQ, as the guest's netem does (guest_netem).
+  case $fault in *loss=*|*corrupt=*) fault="$fault,spare=dreq" ;; esac
   ip netns exec $NS env UROCE_IFACE=$VETH ${fault:+UROCE_FAULT=$fault} \
     ${UROCE_PORT:+UROCE_PORT=$UROCE_PORT} \
     "$UROCE" run --pcap "$pcap" -- timeout "$CASE_TIMEOUT" "$@"

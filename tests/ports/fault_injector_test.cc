@@ -13,6 +13,7 @@
 #include "alloc_counter.h"
 #include "memlink/memlink.h"
 #include "test_frames.h"
+#include "wire/cm_mad.h"
 #include "wire/ipv4.h"
 #include "wire/packet.h"
 
@@ -119,6 +120,61 @@ TEST(FaultInjector, LossOneDropsEverything) {
     EXPECT_EQ(fi.counters().sent, 0u);
   }
   expect_pool_full(link);
+}
+
+// A UD SEND to `dest_qp` whose 256-byte payload carries `attr` where a MAD's attribute ID is.
+std::vector<uint8_t> mad_frame(uint8_t opcode, uint32_t dest_qp, uint16_t attr) {
+  wire::RoceHeaders h;
+  h.ip4.src = {10, 0, 0, 1};
+  h.ip4.dst = {10, 0, 0, 2};
+  h.bth.opcode = opcode;
+  h.bth.dest_qp = dest_qp;
+  h.ext.deth = {wire::kGsiQkey, 1};
+  std::vector<uint8_t> payload(256, 0);
+  payload[0] = 1;     // base version
+  payload[1] = 0x07;  // the CM's class
+  wire::store_be16(&payload[16], attr);
+  std::vector<uint8_t> f(wire::frame_len(h, payload.size()));
+  EXPECT_EQ(wire::build_frame(h, payload, f), f.size());
+  return f;
+}
+
+TEST(FaultInjector, SpareDreqLetsOnlyTheCmDisconnectRequestThrough) {
+  const std::vector<std::vector<uint8_t>> frames = {
+      mad_frame(wire::opcode::kUdSendOnly, 1, 0x0015),  // a DREQ: spared
+      mad_frame(wire::opcode::kUdSendOnly, 1, 0x0016),  // a DREP
+      mad_frame(wire::opcode::kUdSendOnly, 1, 0x0010),  // a REQ
+      mad_frame(wire::opcode::kUdSendOnly, 7, 0x0015),  // the same bytes to another QP
+  };
+  for (const bool spare : {true, false}) {
+    MemLink link;
+    FaultConfig cfg;
+    cfg.seed = 9;
+    cfg.loss = 1.0;
+    cfg.corrupt = 1.0;
+    cfg.spare_dreq = spare;
+    {
+      FaultInjector fi(link.a(), cfg);
+      for (const auto& bytes : frames) {
+        Frame* f = fi.alloc_frame();
+        ASSERT_NE(f, nullptr);
+        std::copy(bytes.begin(), bytes.end(), f->data);
+        f->len = static_cast<uint32_t>(bytes.size());
+        ASSERT_EQ(fi.tx_burst(0, std::span<Frame* const>(&f, 1)), 1u);
+      }
+      send(fi, 0, 0, 3);  // not RoCE at all: lost
+      const auto got = drain(link.b(), 0);
+      if (spare) {
+        ASSERT_EQ(got.size(), 1u);
+        EXPECT_EQ(got[0].bytes, frames[0]) << "the DREQ arrives untouched";
+        EXPECT_EQ(fi.counters().dropped, 6u);
+      } else {
+        EXPECT_TRUE(got.empty());
+        EXPECT_EQ(fi.counters().dropped, 7u);
+      }
+    }
+    expect_pool_full(link);
+  }
 }
 
 // Sends 10000 frames with 10% loss; returns the number dropped, after checking that the

@@ -782,6 +782,34 @@ TEST(Frame, PadCountLargerThanThePayload) {
   }
 }
 
+// Found by the frame fuzzer: a SEND of 3 payload bytes with pad count 2 (payload + pad = 5)
+// parsed, and the rebuilt frame (pad count 1) did not match it.
+TEST(Frame, PayloadPlusPadNotAWholeNumberOfWords) {
+  Rand r(16);
+  for (uint8_t op : {opcode::kRcSendOnly, opcode::kRcSendLast, opcode::kUdSendOnly,
+                     opcode::kRcWriteOnly, opcode::kRcReadResponseOnly}) {
+    // Cutting 4 bytes must parse (it checks the length edits); cutting 1-3 must not.
+    for (size_t cut = 1; cut <= 4; ++cut) {
+      for (uint8_t pad = 0; pad <= 3; ++pad) {
+        // IPv6: no header checksum to redo when the lengths shrink.
+        const RoceHeaders h = test::random_headers(r, op, true, r.coin());
+        auto frame = build(h, r.bytes(8));  // 8 bytes: no pad
+        const size_t ip = h.eth.header_len(), udp = ip + 40, bth = udp + 8;
+        const size_t payload_end = frame.size() - kIcrcLen;
+        frame.erase(frame.begin() + static_cast<ptrdiff_t>(payload_end - cut),
+                    frame.begin() + static_cast<ptrdiff_t>(payload_end));
+        store_be16(&frame[ip + 4], static_cast<uint16_t>(load_be16(&frame[ip + 4]) - cut));
+        store_be16(&frame[udp + 4], static_cast<uint16_t>(load_be16(&frame[udp + 4]) - cut));
+        frame[bth + 1] = static_cast<uint8_t>((frame[bth + 1] & 0xCF) | (pad << 4));
+        ParsedPacket p;
+        EXPECT_EQ(parse_frame(frame, p, {.verify_icrc = false}),
+                  cut == 4 ? ParseError::kOk : ParseError::kBadPad)
+            << opcode_info(op).name << " cut " << cut << " pad " << int{pad};
+      }
+    }
+  }
+}
+
 TEST(Frame, PayloadWhereTheOpcodeAllowsNone) {
   Rand r(14);
   for (uint8_t op : test::valid_opcodes()) {
