@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <rte_alarm.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -14,9 +15,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 namespace uroce::drivers {
 
@@ -375,15 +378,62 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
   return p;
 }
 
+namespace {
+
+// A device's teardown, run where the PMD's own control events run (below).
+struct Teardown {
+  uint16_t port_id;
+  bool started;
+  std::atomic<int> claim{0};  // 0 nobody yet, 1 the interrupt thread, 2 the caller
+  std::atomic<bool> done{false};
+};
+
+void tear_down(Teardown& t) {
+  rte_eth_dev_info info{};
+  rte_eth_dev_info_get(t.port_id, &info);
+  if (t.started) rte_eth_dev_stop(t.port_id);
+  rte_eth_dev_close(t.port_id);
+  if (info.device != nullptr) rte_dev_remove(info.device);
+}
+
+void tear_down_from_alarm(void* arg) {
+  auto* t = static_cast<Teardown*>(arg);
+  int nobody = 0;
+  if (!t->claim.compare_exchange_strong(nobody, 1)) return;  // the caller gave up and did it
+  tear_down(*t);
+  t->done.store(true, std::memory_order_release);  // the last touch: the caller may now return
+}
+
+}  // namespace
+
 DpdkPort::~DpdkPort() {
   if (probed_) {
     // Stop, close, and remove the device itself, so that nothing of it stays behind in a
     // program that opens and closes devices all day (the EAL stays up: see start_eal).
-    rte_eth_dev_info info{};
-    rte_eth_dev_info_get(port_id_, &info);
-    if (started_) rte_eth_dev_stop(port_id_);
-    rte_eth_dev_close(port_id_);
-    if (info.device != nullptr) rte_dev_remove(info.device);
+    // It runs on the EAL's interrupt thread (an alarm, as testpmd detaches a removed port),
+    // where memif handles its control channel: when the peer disconnects as we close, that
+    // thread's memif_disconnect and our rte_eth_dev_stop's would free the same shared-memory
+    // regions at once (seen: a SEGV in rte_free under ASan as both pingpong processes ended).
+    // The caller waits; if the alarm has not started within 2 s (no interrupt thread, as in a
+    // forked child), it cancels it and tears down itself.
+    Teardown t{port_id_, started_};
+    bool alarmed = rte_eal_alarm_set(1, tear_down_from_alarm, &t) == 0;
+    if (alarmed) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (t.claim.load() == 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      int nobody = 0;
+      if (t.claim.compare_exchange_strong(nobody, 2)) {
+        rte_eal_alarm_cancel(tear_down_from_alarm, &t);
+        alarmed = false;
+      }
+    }
+    if (alarmed) {
+      while (!t.done.load(std::memory_order_acquire))
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      tear_down(t);
+    }
   }
   if (pool_ != nullptr) rte_mempool_free(pool_);
 }
