@@ -43,6 +43,7 @@ inline constexpr CmCounterInfo kPortCounterInfo[] = {
     {"xdp_to_kernel", "AF_XDP: frames it left to the kernel (everything else on the interface)"},
     {"port_rx_super", "af_packet: UDP GSO super-frames received from a uroce peer, cut into packets"},
     {"port_tx_super", "af_packet: UDP GSO super-frames sent (runs of packets in one write)"},
+    {"shield_kept", "af_packet: RoCE frames uroce's tc program kept from the kernel's IP layer (uroce read them from its socket)"},
 };
 inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);
 

@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "engine/stats_shm.h"
 #include "verbs/progress.h"
+#include "xdp/kernel_shield.h"
 
 namespace uroce::verbs {
 
@@ -69,6 +70,7 @@ struct Runtime {
   std::unique_ptr<Port> trace;  // PcapTrace around `port` when the config asks for it
   std::unique_ptr<VerbsTracer> verbs_trace;  // its .verbs file beside it (verbs_trace_file.h)
   std::unique_ptr<Port> fault;  // FaultInjector on top when the config asks for it
+  std::unique_ptr<drivers::KernelShield> shield;  // af_packet: the tc program (kernel_shield.h)
   std::unique_ptr<Engine> engine;
   std::unique_ptr<cm::ConnectionManager> cm;  // made by librdmacm's first use (under emu)
   std::mutex emu;

@@ -31,6 +31,7 @@
 #include "fault/fault_injector.h"
 #include "packet/packet_port.h"
 #include "trace/pcap_trace.h"
+#include "xdp/kernel_shield.h"
 #include "xdp/xdp_port.h"
 #include "util/sys.h"
 #include "verbs/provider.h"
@@ -358,6 +359,7 @@ void teardown(Runtime* rt) {
   rt->fault.reset();
   rt->trace.reset();
   rt->port_counters = nullptr;
+  rt->shield.reset();  // the tc program leaves the interface
   rt->port.reset();
   delete rt;
 }
@@ -387,7 +389,8 @@ Runtime* open_runtime(Device* d) {
       rt->port_counters = [p = xp.get()](uint64_t* v) {
         const drivers::XdpPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
-                                s.steered,   s.passed,    0,            0};
+                                s.steered,   s.passed,    0,            0,
+                                0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -401,10 +404,24 @@ Runtime* open_runtime(Device* d) {
     auto pp = drivers::PacketPort::open(pc, &err);
     if (pp) {
       description = pp->describe();
-      rt->port_counters = [p = pp.get()](uint64_t* v) {
+      // The kernel sees every frame the packet socket sees: a tc program keeps our RoCE
+      // frames out of its IP layer (on veth that work falls on the sending CPU).
+      std::vector<std::array<uint8_t, 16>> mine;
+      if (dc.ipv4) mine.push_back(wire::ipv4_mapped_gid(*dc.ipv4));
+      if (dc.ipv6) mine.push_back(*dc.ipv6);
+      mine.push_back(wire::link_local_gid(pp->mac()));
+      std::string why;
+      rt->shield = drivers::KernelShield::attach(dc.iface, mine, &why);
+      description += rt->shield != nullptr
+                         ? "; a tc program at the interface's ingress keeps uroce's RoCE frames "
+                           "from the kernel's IP layer (it leaves with the process)"
+                         : "; the kernel's IP layer also processes uroce's RoCE frames (no tc "
+                           "program: " + why + ")";
+      rt->port_counters = [p = pp.get(), sh = rt->shield.get()](uint64_t* v) {
         const drivers::PacketPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
-                                0,           0,           s.rx_super,   s.tx_super};
+                                0,           0,           s.rx_super,   s.tx_super,
+                                sh != nullptr ? sh->dropped() : 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -421,7 +438,7 @@ Runtime* open_runtime(Device* d) {
       rt->port_counters = [p = dp.get()](uint64_t* v) {
         const drivers::DpdkPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_packets, s.tx_packets, s.rx_missed + s.rx_nombuf + s.rx_errors,
-                                0, 0, 0, 0, 0};
+                                0, 0, 0, 0, 0, 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };

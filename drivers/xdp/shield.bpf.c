@@ -1,0 +1,36 @@
+// uroce's kernel shield for the af_packet port (drivers/xdp/kernel_shield.cc; compiled with
+// clang -target bpf, embedded in the library). The af_packet port reads its frames from a
+// packet socket, which sees them before the kernel's own protocols do; the kernel then runs
+// every RoCE frame through its IP and UDP layers too, only for uroce's quiet socket to throw
+// it away (on veth that work is done on the sending CPU, which limits a bulk transfer). This
+// program, at the interface's tc ingress hook (after the packet sockets' taps, before IP),
+// drops UDP 4791 frames addressed to one of the device's own addresses there; everything
+// else (ARP, ICMP, the kernel's TCP and UDP, RoCE for other addresses, multicast) goes on.
+//
+// Maps (uroce fills them before it attaches the program):
+//   uroce_addrs  the device's addresses, 16 bytes each (IPv4 as ::ffff:a.b.c.d)
+//   uroce_count  per-CPU counters: [0] frames kept from the kernel
+#include "roce_frame.bpf.h"
+
+// tcx verdicts (Linux 6.6; older uapi headers lack them): on to the next program, or drop.
+#define UROCE_TCX_NEXT (-1)
+#define UROCE_TCX_DROP 2
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} uroce_count SEC(".maps");
+
+SEC("tc")
+int uroce_shield(struct __sk_buff* skb) {
+  if (roce_frame((void*)(long)skb->data, (void*)(long)skb->data_end) != ROCE_OURS)
+    return UROCE_TCX_NEXT;
+  __u32 zero = 0;
+  __u64* c = bpf_map_lookup_elem(&uroce_count, &zero);
+  if (c) *c += 1;
+  return UROCE_TCX_DROP;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";
