@@ -75,6 +75,9 @@ pids=$(ip netns pids "$nsB")
 [ -n "$pids" ] || fail "the waiting server is gone before the kill"
 kill -9 $pids
 wait "$waiting" 2>/dev/null || true
-[ -z "$(ip netns pids "$nsB")" ] || fail "something still runs in $nsB after the kill"
+# A killed process is gone once the kernel has finished its exit (its descriptors closed):
+# wait for that, up to 5 s.
+for _ in $(seq 100); do [ -z "$(ip netns pids "$nsB")" ] && break; sleep 0.05; done
+[ -z "$(ip netns pids "$nsB")" ] || fail "something still runs in $nsB 5 s after the kill"
 udp_reaches 10.96.0.2 || fail "UDP 4791 to 10.96.0.2 does not reach the kernel after a kill -9 (a tc program stayed)"
 echo "ok: after a kill -9 and after a normal end, UDP 4791 to the device's address reaches the kernel again"
