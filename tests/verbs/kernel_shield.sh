@@ -6,7 +6,9 @@
 #     frames of 2000 pingpong iterations), and the kernel still gets UDP 4791 for an address
 #     that is not the device's;
 #   - the program leaves with the process: after a program ends, and after a kill -9, a UDP
-#     datagram to port 4791 of the device's address reaches a plain socket again.
+#     datagram to port 4791 of the device's address reaches a plain socket again;
+#   - without CAP_BPF and CAP_NET_ADMIN the device opens as before, says why in its devinfo
+#     line, and libbpf prints nothing on the program's stderr.
 # Usage: kernel_shield.sh LIBDIR. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1
@@ -81,3 +83,12 @@ for _ in $(seq 100); do [ -z "$(ip netns pids "$nsB")" ] && break; sleep 0.05; d
 [ -z "$(ip netns pids "$nsB")" ] || fail "something still runs in $nsB 5 s after the kill"
 udp_reaches 10.96.0.2 || fail "UDP 4791 to 10.96.0.2 does not reach the kernel after a kill -9 (a tc program stayed)"
 echo "ok: after a kill -9 and after a normal end, UDP 4791 to the device's address reaches the kernel again"
+
+# 4. Without the privileges (setpriv drops them from the bounding set).
+on "$nsB" "$ifB" setpriv --bounding-set=-bpf,-net_admin,-sys_admin \
+  --inh-caps=-bpf,-net_admin,-sys_admin env UROCE_DEVINFO=1 ibv_devinfo -d uroce0 \
+  >"$dir/unpriv.log" 2>&1 || fail "ibv_devinfo without CAP_BPF/CAP_NET_ADMIN"
+grep -q "no tc program: needs CAP_BPF" "$dir/unpriv.log" || fail "devinfo does not say why there is no tc program"
+grep -q "PORT_ACTIVE" "$dir/unpriv.log" || fail "the device did not open without the privileges"
+! grep -q libbpf "$dir/unpriv.log" || fail "libbpf printed on the program's stderr"
+echo "ok: without CAP_BPF/CAP_NET_ADMIN: the device opens, says why, and libbpf stays quiet"
