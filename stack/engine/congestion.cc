@@ -37,8 +37,14 @@ void Engine::cc_init_qp(Qp* qp) {
   qp->cc.dcqcn = Dcqcn(cfg_.cc.dcqcn);
 }
 
-void Engine::cc_reset_qp(Qp* qp) {
+void Engine::cancel_pace(Qp* qp) {
+  if (!qp->cc.pace_timer.armed) return;
   timers_.cancel(qp->cc.pace_timer);
+  --paced_qps_;
+}
+
+void Engine::cc_reset_qp(Qp* qp) {
+  cancel_pace(qp);
   timers_.cancel(qp->cc.alpha_timer);
   timers_.cancel(qp->cc.rate_timer);
   qp->cc.dcqcn = Dcqcn(cfg_.cc.dcqcn);
@@ -134,6 +140,7 @@ void Engine::receive_cnp(const ParsedPacket& p) {
 void Engine::on_cc_timer(Timer& t) {
   Qp* qp = static_cast<Qp*>(t.owner);
   if (t.kind == kTimerPace) {
+    --paced_qps_;  // the wheel disarmed it
     schedule(qp);
     return;
   }
@@ -157,7 +164,10 @@ void Engine::on_cc_timer(Timer& t) {
 bool Engine::pace_wait(Qp* qp) {
   if (!cfg_.cc.ecn || now_ >= qp->cc.pace_next_ns) return false;
   if (!qp->cc.dcqcn.limited() && !cfg_.cc.pace_at_line_rate) return false;
-  if (!qp->cc.pace_timer.armed) timers_.arm(qp->cc.pace_timer, qp->cc.pace_next_ns);
+  if (!qp->cc.pace_timer.armed) {
+    timers_.arm(qp->cc.pace_timer, qp->cc.pace_next_ns);
+    ++paced_qps_;
+  }
   counters_.inc(Counter::cc_paced);
   return true;
 }

@@ -294,6 +294,7 @@ size_t Engine::poll(uint64_t now_ns) {
   } else {
     flush_tx();
   }
+  pacer_held_.store(paced_qps_ != 0, std::memory_order_relaxed);
   return work;
 }
 

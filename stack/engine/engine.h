@@ -308,6 +308,9 @@ class Engine {
   /// arrived, and how many have: stored before the packet is acted on, and readable from any
   /// thread (the progress policy's "waiting for the answer", stack/verbs/progress.h).
   uint64_t last_rx_ns() const { return last_rx_ns_.load(std::memory_order_relaxed); }
+  /// After the last pass, a packet waits for the pacer (a QP DCQCN holds below line rate, or
+  /// one paced at a line rate given by hand): readable from any thread, a hint.
+  bool pacer_held() const { return pacer_held_.load(std::memory_order_relaxed); }
   uint64_t rx_seq() const { return rx_seq_.load(std::memory_order_relaxed); }
   /// The QPs DCQCN holds below line rate right now (up to `max` of them, by QPN).
   size_t cc_limited_qps(CcQpStats* out, size_t max) const;
@@ -380,6 +383,7 @@ class Engine {
   void on_cc_timer(Timer& t);
   /// The pacer: whether `qp` must wait before its next packet (it arms the pace timer).
   bool pace_wait(Qp* qp);
+  void cancel_pace(Qp* qp);
   /// `bytes` of `qp` went on the wire: the pacer's clock and DCQCN's byte counter.
   void paced(Qp* qp, uint32_t bytes);
   void trace_rate(const Qp* qp, int cause) const;
@@ -510,6 +514,8 @@ class Engine {
   Ring<Qp*> active_;  // QPs with something to transmit
   Ring<AsyncEvent> events_;
   std::atomic<uint64_t> last_rx_ns_{0};
+  std::atomic<bool> pacer_held_{false};  // paced_qps_ != 0, published after each pass
+  size_t paced_qps_ = 0;                  // QPs whose pace timer is armed
   std::atomic<uint64_t> rx_seq_{0};  // written under the engine's lock only
   void note_rx() {
     last_rx_ns_.store(now_, std::memory_order_relaxed);

@@ -270,7 +270,7 @@ void Engine::enter_error(Qp* qp) {
   set_state(qp, IBV_QPS_ERR);
   timers_.cancel(qp->comp.retransmit_timer);  // nothing is retried or paced in ERR
   timers_.cancel(qp->req.rnr_timer);
-  timers_.cancel(qp->cc.pace_timer);
+  cancel_pace(qp);
   qp->flush_pending = true;
   schedule(qp);
 }

@@ -5,6 +5,7 @@
 // None of these waits for the engine lock: posting goes into the queue under the queue's own
 // lock and rings a doorbell, polling takes what is in the CQ, and either runs an engine pass
 // only if nobody else is running one (Runtime::drive).
+#include <sched.h>
 #include <atomic>
 #include <cerrno>
 
@@ -43,7 +44,19 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   // Nothing there: a busy-polling application drives the engine itself, unless another
   // thread is doing so right now (then there is nothing to wait for: return empty).
   if (!drive()) return after_poll(rt, 0, now, cq);
-  return after_poll(rt, rt->engine->poll_cq(to_cq(cq), n, wc), now, cq);
+  const int later = rt->engine->poll_cq(to_cq(cq), n, wc);
+  // Nothing came, and what this application sends waits for the pacer (DCQCN holds a QP below
+  // line rate): the application will spin until the next slot, which on an RNIC costs the
+  // host nothing. Let anyone else who wants this CPU have it first: on a machine with fewer
+  // cores than busy threads (the receiver, other senders, the switch of tools/bench/incast.sh)
+  // a sender that spins through its slice delays the others' CNPs and ACKs by whole slices,
+  // and the queue they share swings and overflows. With nobody else runnable it returns at
+  // once.
+  if (later == 0 && rt->engine->pacer_held()) {
+    sched_yield();
+    if (StatsShm* st = rt->stats) __atomic_fetch_add(&st->progress_yields, 1, __ATOMIC_RELAXED);
+  }
+  return after_poll(rt, later, now, cq);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {

@@ -177,6 +177,30 @@ TEST_F(CongestionRp, ThePacerSpacesPacketsByTheirWireTimeAtTheCutRate) {
   EXPECT_FALSE(qp->cc.dcqcn.limited());
 }
 
+TEST_F(CongestionRp, APassSaysWhenItLeftDataToThePacer) {
+  // pacer_held() is what an application's empty poll asks before it gives the CPU away
+  // (stack/verbs/datapath.cc): true only after a pass that left a packet waiting for its
+  // slot.
+  step();
+  EXPECT_FALSE(engine->pacer_held());
+  cnp(qp->qpn);
+  step();
+  ASSERT_TRUE(qp->cc.dcqcn.limited());
+  post_write(4096);  // 4 packets at 500 Mb/s: ~17 us each, in steps of 1 us
+  int held = 0, sending = 0, sent_packets = 0;
+  for (int i = 0; i < 1000 && sent_packets < 4; ++i) {
+    sent_packets += static_cast<int>(step().size());
+    (engine->pacer_held() ? held : sending) += 1;
+  }
+  ASSERT_EQ(sent_packets, 4);
+  // Three wire times (~51 us) less the 20 us of lateness a burst may make up: the passes
+  // between held a packet, the last one sent it.
+  EXPECT_GE(held, 25);
+  EXPECT_GE(sending, 1);
+  step();                   // everything sent: nothing waits
+  EXPECT_FALSE(engine->pacer_held());
+}
+
 TEST_F(CongestionRp, AReadResponseStreamIsPacedAtTheRateItsCnpsCut) {
   // The data of an RDMA READ flows from the responder: the requester, which receives it
   // CE-marked, sends its CNPs to the responder's QP, and that QP's READ responses slow down.

@@ -45,6 +45,9 @@
  *              (`acks_held`, "The ACK rides with the reply" in docs/threading.md); then the
  *              same driven by completion events, each CQ armed before every poll: no ACK
  *              is kept then; every byte checked
+ *   pacer UROCE  20 WRITEs polled to completion: with UROCE_LINE_RATE given (every packet
+ *              paced) the polls that found nothing while the pacer held data gave the CPU
+ *              away (`progress_yields`); without it none did; every byte checked
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -364,6 +367,42 @@ static int mode_answer(const char* uroce) {
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: %d WRITE ping-pong rounds, data checked: the polls received the peer's WRITE "
          "themselves %lld times on uroce0 and %lld on uroce1\n", kAnswerRounds, n0, n1);
+  return 0;
+}
+
+/* A poll that finds nothing while DCQCN's pacer holds the data gives the CPU away
+ * (docs/congestion.md, "The pacer and the CPU"). With UROCE_LINE_RATE given by hand every
+ * packet waits for its slot at that rate: uroce0's polls for its WRITEs' completions yield
+ * (`progress_yields`); without it nothing is paced and no poll does. */
+enum { kPacerRounds = 20 };
+
+static int mode_pacer(const char* uroce) {
+  const int paced = getenv("UROCE_LINE_RATE") != NULL;
+  struct ibv_context *c0, *c1;
+  struct ep a, b;
+  open_two(&c0, &c1, &a, &b);
+  for (int r = 0; r < kPacerRounds; ++r) {
+    for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 29 + i * 3);
+    struct ibv_sge s = {(uintptr_t)a.buf, MSG, a.mr->lkey};
+    struct ibv_send_wr w = {.wr_id = 5, .sg_list = &s, .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG);
+    w.wr.rdma.rkey = b.mr->rkey;
+    CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE");
+    wait_one(&a);
+    CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
+  }
+  const long long y = stat_of(uroce, "uroce0", "progress_yields");
+  if (paced) {
+    CHECK(y >= kPacerRounds, "%lld polls yielded in %d paced WRITEs", y, kPacerRounds);
+  } else {
+    CHECK(y == 0, "%lld polls yielded with nothing paced", y);
+  }
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: %d WRITEs, data checked, %s: %lld empty polls gave the CPU away\n", kPacerRounds,
+         paced ? "paced at the line rate given" : "nothing paced", y);
   return 0;
 }
 
@@ -1195,8 +1234,10 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "batch") && argc > 2) return mode_batch(argv[2]);
   if (!strcmp(m, "answer") && argc > 2) return mode_answer(argv[2]);
   if (!strcmp(m, "reply") && argc > 2) return mode_reply(argv[2]);
+  if (!strcmp(m, "pacer") && argc > 2) return mode_pacer(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|forkbusy|exit|"
-          "cqevents|regmr|mcast IFACE|link IFACE|passive UROCE|batch UROCE|answer UROCE\n",
+          "cqevents|regmr|mcast IFACE|link IFACE|passive UROCE|batch UROCE|answer UROCE|reply UROCE|"
+          "pacer UROCE\n",
           argv[0]);
   return 2;
 }

@@ -4,13 +4,14 @@
 // (red, codel, pie, fq_codel are modules many small kernels leave out).
 //
 //   ecn_switch --bottleneck IF --rate MBPS [--limit BYTES] [--kmin BYTES] [--kmax BYTES]
-//              [--pmax P] [--enqueue] [--no-ecn] [--samples FILE] IF [IF ...]
+//              [--pmax P] [--enqueue] [--no-ecn] [--samples FILE] [--sample-ms MS]
+//              IF [IF ...]
 //
 // Frames are read from every interface with a packet socket, forwarded by destination MAC
 // (learned from sources; unknown and group addresses go to every other port); those for the
 // bottleneck wait in its FIFO (at most --limit bytes, tail drop beyond) and leave at --rate
 // Mb/s, judged by RED as they leave (or, with --enqueue, as they arrive, as Linux's red
-// does); the others leave at once. Every 50 ms --samples gets a line: seconds, the bytes
+// does); the others leave at once. Every 50 ms (--sample-ms) --samples gets a line: seconds, the bytes
 // received on each port (in argument order), the bytes the bottleneck sent, its queue
 // (bytes), and its marked and dropped counts. SIGINT/SIGTERM print totals and end it.
 #include <arpa/inet.h>
@@ -69,7 +70,7 @@ struct Queued {
   std::fprintf(stderr,
                "ecn_switch: %s\nusage: ecn_switch --bottleneck IF --rate MBPS [--limit BYTES] "
                "[--kmin BYTES] [--kmax BYTES] [--pmax P] [--enqueue] [--no-ecn] "
-               "[--samples FILE] IF [IF ...]\n",
+               "[--samples FILE] [--sample-ms MS] IF [IF ...]\n",
                why);
   std::exit(2);
 }
@@ -110,6 +111,7 @@ int open_port(const std::string& name) {
 int main(int argc, char** argv) {
   std::string bottleneck_name, samples_path;
   double rate_mbps = 0;
+  uint64_t sample_ns = 50'000'000;
   uint64_t limit = 1 << 20;
   RedConfig red;
   bool on_enqueue = false;
@@ -138,6 +140,9 @@ int main(int argc, char** argv) {
       red.ecn = false;
     } else if (a == "--samples") {
       samples_path = value();
+    } else if (a == "--sample-ms") {
+      sample_ns = static_cast<uint64_t>(std::atof(value()) * 1e6);
+      if (sample_ns < 100'000) usage("--sample-ms must be 0.1 or more");
     } else if (!a.empty() && a[0] == '-') {
       usage(("unknown option " + a).c_str());
     } else {
@@ -163,7 +168,8 @@ int main(int argc, char** argv) {
     uint64_t tx, queue, marked, dropped;
   };
   std::vector<Row> rows;
-  rows.reserve(20 * 3600);  // an hour of samples, allocated now
+  // An hour of samples (a million at most), allocated now.
+  rows.reserve(std::min<uint64_t>(3'600'000'000'000 / sample_ns, 1'000'000));
   if (ports.size() > 16) usage("at most 16 interfaces");
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
@@ -244,7 +250,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < ports.size() && i < r.rx.size(); ++i) r.rx[i] = ports[i].rx_bytes;
         rows.push_back(r);
       }
-      next_sample += 50'000'000;
+      next_sample += sample_ns;
     }
     // Sleep until a frame arrives or the next one is due to leave.
     int64_t wait_ns = q_len > 0 ? static_cast<int64_t>(queue[q_head].depart_ns - now) : 50'000'000;

@@ -11,16 +11,20 @@
 # once, then again with one sender joining late; DCQCN on (UROCE_ECN=1) and off (UROCE_ECN=0,
 # ECN-blind as uroce was before).
 #
-# Prints per run: goodput (the senders' sum, perftest's own averages) as a share of RATE,
-# Jain's fairness index over the senders, what the bottleneck marked and dropped and its
-# longest queue (tc's statistics, sampled every 50 ms), and for the late joiner the time it
-# took to reach 80 % of its fair share. Writes docs/bench/incast.csv, and a plot per run
+# Prints per run, over the steady state (everybody sending: from 1 s after the traffic, or
+# the late joiner, began to 1 s before the first sender ends): goodput (what left the
+# bottleneck) as a share of RATE, Jain's fairness index over the senders' rates into the
+# switch; what the bottleneck marked and dropped over the whole run, its longest queue over
+# the run and its longest and median queue in the steady state (tc's statistics or the
+# switch's, sampled every 50 ms); for
+# the late joiner the time it took to reach 80 % of its fair share; and the sum of perftest's
+# own averages. Writes docs/bench/incast.csv, and a plot per run
 # (rate of each sender and the queue over time) to docs/bench/incast-*.png.
 #
 #   SENDERS="2 4"  RATE=1000 (Mb/s)  SECS=8  LATE=3 (s)  SWITCH=auto|kernel|user
 #   ECNS="1 0" (DCQCN on, off)  STARTS="0 $LATE" (together, one late)  SENDER_ENV="UROCE_X=.."
 #   PERFTEST_ARGS="-t 16" (more arguments for every ib_write_bw)
-#   KMIN=16384 KMAX=16385 PMAX=1 LIMIT=262144 (bytes: RED's thresholds, the queue's limit)
+#   KMIN=16384 KMAX=196608 PMAX=0.2 LIMIT=262144 (bytes: RED's thresholds, the queue's limit)
 #   OUT=docs/bench
 # Needs root and nothing else busy (2 cores run every process and the kernel's bridge).
 set -euo pipefail
@@ -29,13 +33,14 @@ senders_list=${SENDERS:-"2 4"}
 rate=${RATE:-1000}
 secs=${SECS:-8}
 late=${LATE:-3}
-kmin=${KMIN:-16384} kmax=${KMAX:-16385} pmax=${PMAX:-1} limit=${LIMIT:-262144}
+kmin=${KMIN:-16384} kmax=${KMAX:-196608} pmax=${PMAX:-0.2} limit=${LIMIT:-262144}
 out=${OUT:-docs/bench}
 switch=${SWITCH:-auto}
-# Every uroce here runs as behind a 10 Gb/s NIC (a QP is paced at that rate at most; a veth
-# itself is as fast as memory), with DCQCN's clock stretched ten times for a 1 Gb/s
-# bottleneck (its defaults suit 10-100 Gb/s; tests/engine/congestion_test.cc shows both).
-export UROCE_LINE_RATE=${UROCE_LINE_RATE:-10000}
+# Every port of the switch runs at one speed, as in a fabric: each uroce is paced at most at
+# the bottleneck's rate, as behind a NIC of that speed (a veth itself is as fast as memory),
+# so N senders overload the port N times, no more. DCQCN's clock is stretched ten times for
+# 1 Gb/s links (its defaults suit 10-100 Gb/s; tests/engine/congestion_test.cc shows both).
+export UROCE_LINE_RATE=${UROCE_LINE_RATE:-$rate}
 export UROCE_MIN_TIME_BETWEEN_CNPS=${UROCE_MIN_TIME_BETWEEN_CNPS:-500}
 export UROCE_DCQCN=${UROCE_DCQCN:-rpg_time_reset=3000,dce_tcp_rtt=550,rate_reduce_monitor_period=40,rpg_ai_rate=0.5,rpg_hai_rate=5}
 for t in ib_write_bw tc gnuplot; do
@@ -184,17 +189,20 @@ for a, b in zip(rows, rows[1:]):
     rates.append((int(b[n + 2]) - int(a[n + 2])) * 8 / dt / 1e6)
     series.append([float(b[0]) - t0] + rates + [int(b[n + 3]) / 1e3])
 maxq = max((s[-1] for s in series), default=0)
-# Steady state (the middle of the run, everybody sending): from the late joiner's start + 1 s
-# (or 1 s in) to 1 s before the first sender ends.
-lo = (late if lt > 0 else 0) + 1.0
-hi = float(os.environ.get("SECS", "8")) - 1.0
+# The steady state, everybody sending: from 1 s after the traffic began (after the late
+# joiner's start in a late run) to 1 s before the first sender ends. Goodput is what left the
+# bottleneck meanwhile (retransmissions included: drops are the next column), fairness the
+# senders' rates into the switch meanwhile; perftest's own averages cover windows that do not
+# line up when the senders start at different moments on a busy machine.
+begin = next((s[0] for s in series if s[n + 1] > link / 10), 0)
+lo = begin + (late if lt > 0 else 0) + 1.0
+hi = begin + float(os.environ.get("SECS", "8")) - 1.0
 steady = [s for s in series if lo <= s[0] <= hi]
-if lt > 0:  # through the bottleneck, and each sender's offered rate, while all send
-    goodput = sum(s[n + 1] for s in steady) / max(len(steady), 1)
-    share = [sum(s[1 + i] for s in steady) / max(len(steady), 1) for i in range(n)]
-else:
-    goodput = sum(bw)
-    share = bw
+goodput = sum(s[n + 1] for s in steady) / max(len(steady), 1)
+share = [sum(s[1 + i] for s in steady) / max(len(steady), 1) for i in range(n)]
+steady_q = max((s[-1] for s in steady), default=0)
+qs = sorted(s[-1] for s in steady)
+median_q = qs[len(qs) // 2] if qs else 0
 sq = sum(x * x for x in share)
 jain = sum(share) ** 2 / (n * sq) if sq > 0 else 0
 conv = ""
@@ -202,16 +210,16 @@ if lt > 0:
     fair = link / n
     last = n  # the late joiner's column
     for k in range(len(series)):
-        if series[k][0] < late: continue
+        if series[k][0] < begin + late: continue
         win = series[k:k + 10]  # 0.5 s
         if len(win) == 10 and sum(s[last] for s in win) / 10 >= 0.8 * fair:
-            conv = f"{series[k][0] - late:.2f}"
+            conv = f"{series[k][0] - begin - late:.2f}"
             break
     else:
         conv = "never"
 line = (f"{tag},{n},{'on' if ecn == '1' else 'off'},{'late' if lt > 0 else 'together'},"
-        f"{goodput:.0f},{goodput / link:.3f},{jain:.3f},{marked},{dropped},{maxq:.0f},{conv},"
-        + " ".join(f"{x:.0f}" for x in share))
+        f"{goodput:.0f},{goodput / link:.3f},{jain:.3f},{marked},{dropped},{maxq:.0f},{steady_q:.0f},{median_q:.0f},{conv},"
+        + " ".join(f"{x:.0f}" for x in share) + f",{sum(bw):.0f}")
 print(line)
 with open(f"{out}/incast.csv", "a") as f:
     f.write(line + "\n")
@@ -233,16 +241,16 @@ subprocess.run(["gnuplot"], input="\n".join(plot).encode(), check=True)
 PY
 }
 
-echo "run,senders,dcqcn,start,goodput_mbps,of_link,jain,marked,dropped,max_queue_kb,late_converge_s,per_sender_mbps" \
+echo "run,senders,dcqcn,start,goodput_mbps,of_link,jain,marked,dropped,max_queue_kb,steady_max_queue_kb,steady_median_queue_kb,late_converge_s,per_sender_mbps,perftest_sum_mbps" \
   >"$out/incast.csv"
-printf "%-20s %-7s %-6s %-9s %7s %7s %6s %7s %7s %8s %7s %s\n" run senders dcqcn start \
-  "Mb/s" "of_link" jain marked dropped "maxq_KB" "late_s" "per sender Mb/s"
+printf "%-20s %-7s %-6s %-9s %7s %7s %6s %7s %7s %7s %7s %7s %7s %-20s %s\n" run senders dcqcn start \
+  "Mb/s" "of_link" jain marked dropped "maxq_KB" "st_max" "st_med" "late_s" "per sender Mb/s" "perftest"
 for n in $senders_list; do
   for ecn in ${ECNS:-1 0}; do
     for lt in ${STARTS:-0 $late}; do
       tag="${n}to1-$([ "$ecn" = 1 ] && echo on || echo off)-$([ "$lt" = 0 ] && echo together || echo late)"
       run "$n" "$ecn" "$lt"
-      SECS=$secs summary "$n" "$ecn" "$lt" "$tag" | awk -F, '{printf "%-20s %-7s %-6s %-9s %7s %7s %6s %7s %7s %8s %7s %s\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12}'
+      SECS=$secs summary "$n" "$ecn" "$lt" "$tag" | awk -F, '{printf "%-20s %-7s %-6s %-9s %7s %7s %6s %7s %7s %7s %7s %7s %7s %-20s %s\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15}'
     done
   done
 done
