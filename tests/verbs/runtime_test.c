@@ -164,6 +164,20 @@ static void post_recv(struct ep* e, uint64_t id) {
   CHECK(ibv_post_recv(e->qp, &w, &bad) == 0, "ibv_post_recv");
 }
 
+/* a WRITEs round r's pattern into b's receive half and polls until it completes (its ACK
+ * came); the bytes are checked. */
+static void write_round(struct ep* a, struct ep* b, int r) {
+  for (int i = 0; i < MSG; ++i) a->buf[i] = (uint8_t)(r * 17 + i);
+  struct ibv_sge s = {(uintptr_t)a->buf, MSG, a->mr->lkey};
+  struct ibv_send_wr w = {.wr_id = 9, .sg_list = &s, .num_sge = 1,
+                          .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+  w.wr.rdma.remote_addr = (uintptr_t)(b->buf + MSG);
+  w.wr.rdma.rkey = b->mr->rkey;
+  CHECK(ibv_post_send(a->qp, &w, &bad) == 0, "post WRITE");
+  wait_one(a);
+  CHECK(memcmp(a->buf, b->buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
+}
+
 /* a WRITEs a pattern into b's receive half, then SENDs another into b's posted receive;
  * both are checked byte for byte. */
 static void exchange(struct ep* a, struct ep* b, uint8_t seed) {
@@ -287,15 +301,7 @@ static int mode_passive(const char* uroce) {
     int looks = 0;
     while (stat_of(uroce, "uroce1", "progress_parked") != 1) CHECK(++looks < 5000, "never parked");
     const long long woke = stat_of(uroce, "uroce1", "progress_woke_traffic");
-    for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 17 + i);
-    struct ibv_sge s = {(uintptr_t)a.buf, MSG, a.mr->lkey};
-    struct ibv_send_wr w = {.wr_id = 9, .sg_list = &s, .num_sge = 1,
-                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
-    w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG);
-    w.wr.rdma.rkey = b.mr->rkey;
-    CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE");
-    wait_one(&a); /* the ACK came: only uroce1's progress thread can have sent it */
-    CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
+    write_round(&a, &b, r); /* its ACK came: only uroce1's progress thread can have sent it */
     by_traffic += stat_of(uroce, "uroce1", "progress_woke_traffic") > woke;
   }
   /* A wake-up by a frame each round, but for one that a deadline may have beaten (the link
@@ -381,17 +387,7 @@ static int mode_pacer(const char* uroce) {
   struct ibv_context *c0, *c1;
   struct ep a, b;
   open_two(&c0, &c1, &a, &b);
-  for (int r = 0; r < kPacerRounds; ++r) {
-    for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 29 + i * 3);
-    struct ibv_sge s = {(uintptr_t)a.buf, MSG, a.mr->lkey};
-    struct ibv_send_wr w = {.wr_id = 5, .sg_list = &s, .num_sge = 1,
-                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
-    w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG);
-    w.wr.rdma.rkey = b.mr->rkey;
-    CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE");
-    wait_one(&a);
-    CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
-  }
+  for (int r = 0; r < kPacerRounds; ++r) write_round(&a, &b, r);
   const long long y = stat_of(uroce, "uroce0", "progress_yields");
   if (paced) {
     CHECK(y >= kPacerRounds, "%lld polls yielded in %d paced WRITEs", y, kPacerRounds);
