@@ -2,14 +2,13 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include <linux/capability.h>
 #include <net/if.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdarg>
 #include <cstring>
+
+#include "xdp/bpf_privileges.h"
 
 namespace uroce::drivers {
 
@@ -19,21 +18,6 @@ extern const size_t kShieldProgramSize;
 namespace {
 // The tcx ingress hook (Linux 6.6); older uapi headers do not name it.
 constexpr int kTcxIngress = 46;
-constexpr int kCapBpf = 39;  // CAP_BPF (Linux 5.8), also missing from older headers
-
-/// Can this process load and attach the program? Asked before libbpf is called at all, so
-/// that a program without the privileges sees no libbpf messages on its stderr and libbpf
-/// does not try to raise its RLIMIT_MEMLOCK.
-bool privileged() {
-  __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct d[2]{};
-  if (syscall(SYS_capget, &h, d) != 0) return false;
-  const auto has = [&d](int cap) { return (d[cap / 32].effective >> (cap % 32)) & 1u; };
-  return has(CAP_NET_ADMIN) && (has(kCapBpf) || has(CAP_SYS_ADMIN));
-}
-
-// libbpf's messages are for BPF developers; ours are the one line in `uroce devinfo`.
-int quiet(libbpf_print_level, const char*, va_list) { return 0; }
 }  // namespace
 
 std::unique_ptr<KernelShield> KernelShield::attach(
@@ -44,17 +28,18 @@ std::unique_ptr<KernelShield> KernelShield::attach(
     *why_not = "no interface " + iface;
     return nullptr;
   }
-  if (!privileged()) {
-    *why_not = "needs CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_ADMIN";
+  if (const std::string missing = missing_bpf_caps(false); !missing.empty()) {
+    *why_not = "needs " + missing;
     return nullptr;
   }
   std::unique_ptr<KernelShield> s(new KernelShield());
-  // libbpf's print hook is process-wide: ours only while we load, the program's back after.
-  const libbpf_print_fn_t before = libbpf_set_print(quiet);
-  s->obj_ = bpf_object__open_mem(kShieldProgram, kShieldProgramSize, nullptr);
-  const int loaded = s->obj_ != nullptr ? bpf_object__load(s->obj_) : -1;
-  const int load_errno = errno;
-  libbpf_set_print(before);
+  int loaded = -1, load_errno = 0;
+  {
+    const QuietLibbpf quiet;
+    s->obj_ = bpf_object__open_mem(kShieldProgram, kShieldProgramSize, nullptr);
+    loaded = s->obj_ != nullptr ? bpf_object__load(s->obj_) : -1;
+    load_errno = errno;
+  }
   if (loaded != 0) {
     *why_not = std::string("the kernel refused the program (") + std::strerror(load_errno) + ")";
     return nullptr;

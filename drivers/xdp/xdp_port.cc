@@ -20,6 +20,7 @@
 
 #include "common/spin_guard.h"
 #include "wire/addr.h"
+#include "xdp/bpf_privileges.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -220,6 +221,13 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
     *error = "port=af_xdp: no interface '" + ifn + "' in this network namespace (ip link)";
     return nullptr;
   }
+  if (const std::string missing = missing_bpf_caps(true); !missing.empty()) {
+    *error = "port=af_xdp: this process lacks " + missing +
+             ": run it as root (or give the program these capabilities with setcap), or use "
+             "port=af_packet";
+    return nullptr;
+  }
+  const QuietLibbpf quiet;  // failures below are reported in *error, once
   // One process per interface. (syscall, not socket(): an LD_PRELOAD'ed socket() may make
   // something else.)
   im->claim_fd = static_cast<int>(syscall(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));

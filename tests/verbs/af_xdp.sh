@@ -7,7 +7,8 @@
 #     with the kernel's neighbour tables flushed first (the port answers the engine's ARP and
 #     neighbour solicitations from the kernel's table, having made the kernel resolve them);
 #   - no XDP program left behind by a program that ends, one taken off after a kill -9, and a
-#     second process on the same interface refused with one line.
+#     second process on the same interface refused with one line, as is a process without
+#     the capabilities (naming them, libbpf silent).
 # Usage: af_xdp.sh LIBDIR UROCE_BIN. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1 uroce_bin=$2
@@ -130,6 +131,16 @@ fi
 grep -q "used through AF_XDP by another uroce process" "$dir/second.log" \
   || fail "the second process did not say why"
 echo "ok: second process refused: $(grep -m1 'AF_XDP' "$dir/second.log")"
+# Without the privileges (setpriv drops them): one line naming what is missing, nothing from
+# libbpf, and the running server untouched.
+if on "$nsB" "$ifB" setpriv --bounding-set=-bpf,-net_admin,-sys_admin,-net_raw \
+    --inh-caps=-bpf,-net_admin,-sys_admin,-net_raw ibv_devinfo -d uroce0 >"$dir/unpriv.log" 2>&1; then
+  fail "a process without CAP_NET_RAW/CAP_BPF/CAP_NET_ADMIN opened an AF_XDP port"
+fi
+grep -q "port=af_xdp: this process lacks CAP_BPF (or CAP_SYS_ADMIN), CAP_NET_ADMIN, CAP_NET_RAW" \
+  "$dir/unpriv.log" || fail "the unprivileged process was not told what it lacks"
+! grep -qi libbpf "$dir/unpriv.log" || fail "libbpf printed on the program's stderr"
+echo "ok: without the privileges: $(grep -m1 'port=af_xdp' "$dir/unpriv.log")"
 # (the program itself, not only `timeout` above it: everything in B)
 ip netns pids "$nsB" | xargs -r kill -9; wait "$server" 2>/dev/null || true
 # SIGKILL is asynchronous: a process tearing down its AF_XDP socket and umem may take a
