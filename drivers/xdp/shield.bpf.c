@@ -23,8 +23,17 @@ struct {
   __type(value, __u64);
 } uroce_count SEC(".maps");
 
+// What roce_frame reads: Ethernet, a VLAN tag, IPv4 with options (or IPv6), UDP.
+#define UROCE_HEADERS 86
+
 SEC("tc")
 int uroce_shield(struct __sk_buff* skb) {
+  // A frame written into a packet socket's transmit ring (DPDK's net_af_packet sends so) has
+  // only its Ethernet header in the skb's linear part, the rest in pages the program cannot
+  // read directly: make the headers linear first.
+  const __u32 linear = skb->data_end - skb->data;
+  if (linear < UROCE_HEADERS && skb->len > linear)
+    bpf_skb_pull_data(skb, skb->len < UROCE_HEADERS ? skb->len : UROCE_HEADERS);
   if (roce_frame((void*)(long)skb->data, (void*)(long)skb->data_end) != ROCE_OURS)
     return UROCE_TCX_NEXT;
   __u32 zero = 0;

@@ -364,6 +364,23 @@ void teardown(Runtime* rt) {
   delete rt;
 }
 
+/// A port that reads through a packet socket (af_packet, DPDK's net_af_packet): the kernel
+/// sees every frame the socket sees, and a tc program keeps our RoCE frames out of its IP
+/// layer (on veth that work falls on the sending CPU). What `uroce devinfo` adds about it.
+std::string shield(Runtime* rt, const config::DeviceConfig& dc, const std::array<uint8_t, 6>& mac) {
+  std::vector<std::array<uint8_t, 16>> mine;
+  if (dc.ipv4) mine.push_back(wire::ipv4_mapped_gid(*dc.ipv4));
+  if (dc.ipv6) mine.push_back(*dc.ipv6);
+  mine.push_back(wire::link_local_gid(mac));
+  std::string why;
+  rt->shield = drivers::KernelShield::attach(dc.iface, mine, &why);
+  return rt->shield != nullptr
+             ? "; a tc program at the interface's ingress keeps uroce's RoCE frames from the "
+               "kernel's IP layer (it leaves with the process)"
+             : "; the kernel's IP layer also processes uroce's RoCE frames (no tc program: " +
+                   why + ")";
+}
+
 /// Opens the device's port and engine. Null with errno and one line on stderr.
 Runtime* open_runtime(Device* d) {
   config::DeviceConfig dc = d->cfg;
@@ -403,20 +420,7 @@ Runtime* open_runtime(Device* d) {
     pc.gso = dc.gso;
     auto pp = drivers::PacketPort::open(pc, &err);
     if (pp) {
-      description = pp->describe();
-      // The kernel sees every frame the packet socket sees: a tc program keeps our RoCE
-      // frames out of its IP layer (on veth that work falls on the sending CPU).
-      std::vector<std::array<uint8_t, 16>> mine;
-      if (dc.ipv4) mine.push_back(wire::ipv4_mapped_gid(*dc.ipv4));
-      if (dc.ipv6) mine.push_back(*dc.ipv6);
-      mine.push_back(wire::link_local_gid(pp->mac()));
-      std::string why;
-      rt->shield = drivers::KernelShield::attach(dc.iface, mine, &why);
-      description += rt->shield != nullptr
-                         ? "; a tc program at the interface's ingress keeps uroce's RoCE frames "
-                           "from the kernel's IP layer (it leaves with the process)"
-                         : "; the kernel's IP layer also processes uroce's RoCE frames (no tc "
-                           "program: " + why + ")";
+      description = pp->describe() + shield(rt.get(), dc, pp->mac());
       rt->port_counters = [p = pp.get(), sh = rt->shield.get()](uint64_t* v) {
         const drivers::PacketPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
@@ -435,10 +439,12 @@ Runtime* open_runtime(Device* d) {
     auto dp = drivers::DpdkPort::open(pc, &err);
     if (dp) {
       description = dp->describe();
-      rt->port_counters = [p = dp.get()](uint64_t* v) {
+      // net_af_packet on an interface (no devargs given) reads through a packet socket too.
+      if (dc.devargs.empty()) description += shield(rt.get(), dc, dp->mac());
+      rt->port_counters = [p = dp.get(), sh = rt->shield.get()](uint64_t* v) {
         const drivers::DpdkPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_packets, s.tx_packets, s.rx_missed + s.rx_nombuf + s.rx_errors,
-                                0, 0, 0, 0, 0, 0};
+                                0, 0, 0, 0, 0, sh != nullptr ? sh->dropped() : 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };

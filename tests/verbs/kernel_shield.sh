@@ -3,8 +3,8 @@
 # joined by a veth pair:
 #   - while uroce runs, its RoCE frames never reach the kernel's IP layer (Ip InReceives in
 #     the server's namespace grows by the TCP exchange's few packets, not by the 4000 RoCE
-#     frames of 2000 pingpong iterations), and the kernel still gets UDP 4791 for an address
-#     that is not the device's;
+#     frames of 2000 pingpong iterations; with port=af_packet and with DPDK's net_af_packet),
+#     and the kernel still gets UDP 4791 for an address that is not the device's;
 #   - the program leaves with the process: after a program ends, and after a kill -9, a UDP
 #     datagram to port 4791 of the device's address reaches a plain socket again;
 #   - without CAP_BPF and CAP_NET_ADMIN the device opens as before, says why in its devinfo
@@ -63,6 +63,24 @@ grep -q "a tc program at the interface's ingress" "$dir/server.log" \
 seen=$(( $(ip_in "$nsB") - before ))
 [ "$seen" -lt 500 ] || fail "the kernel's IP layer saw $seen packets during 2000 iterations (RoCE frames reached it)"
 echo "ok: 2000 pingpong iterations, the server's kernel IP layer saw $seen packets (the TCP exchange)"
+
+# 1b. The same through DPDK's net_af_packet (port=dpdk on an interface, both sides: the
+# af_packet port's UDP GSO super-frames cross a veth whole, and net_af_packet takes frames of
+# 10 KiB at most), whose packet socket the kernel also shows every frame.
+before=$(ip_in "$nsB")
+on "$nsB" "$ifB" env UROCE_PORT=dpdk UROCE_DEVINFO=1 ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c \
+  >"$dir/server.log" 2>&1 &
+server=$!
+wait_listen "$nsB" 18515 "$server" || fail "pingpong server (dpdk) did not start"
+on "$nsA" "$ifA" env UROCE_PORT=dpdk ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c 10.96.0.2 \
+  >"$dir/client.log" 2>&1 || fail "pingpong client (dpdk)"
+wait "$server" || fail "pingpong server (dpdk)"
+grep -q "2000 iters" "$dir/client.log" || fail "no '2000 iters' in the client's output (dpdk)"
+grep -q "net_af_packet.*a tc program at the interface's ingress" "$dir/server.log" \
+  || fail "the server's net_af_packet device did not attach the tc program (devinfo above)"
+seen=$(( $(ip_in "$nsB") - before ))
+[ "$seen" -lt 500 ] || fail "the kernel's IP layer saw $seen packets during 2000 iterations over net_af_packet"
+echo "ok: port=dpdk (net_af_packet): 2000 pingpong iterations, the server's kernel IP layer saw $seen packets"
 
 # 2. While uroce runs, UDP 4791 for another address still reaches the kernel.
 on "$nsB" "$ifB" ibv_rc_pingpong -d uroce0 -g 1 -n 5 >"$dir/waiting.log" 2>&1 &
