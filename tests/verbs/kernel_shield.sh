@@ -49,38 +49,29 @@ socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"shield", (sys.argv[1],
   wait "$rx"
 }
 
-# 1. A pingpong: the kernel's IP layer sees the TCP exchange only.
-before=$(ip_in "$nsB")
-on "$nsB" "$ifB" env UROCE_DEVINFO=1 ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c >"$dir/server.log" 2>&1 &
-server=$!
-wait_listen "$nsB" 18515 "$server" || fail "pingpong server did not start"
-on "$nsA" "$ifA" ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c 10.96.0.2 >"$dir/client.log" 2>&1 \
-  || fail "pingpong client"
-wait "$server" || fail "pingpong server"
-grep -q "2000 iters" "$dir/client.log" || fail "no '2000 iters' in the client's output"
-grep -q "a tc program at the interface's ingress" "$dir/server.log" \
-  || fail "the server's device did not attach the tc program (devinfo above)"
-seen=$(( $(ip_in "$nsB") - before ))
-[ "$seen" -lt 500 ] || fail "the kernel's IP layer saw $seen packets during 2000 iterations (RoCE frames reached it)"
-echo "ok: 2000 pingpong iterations, the server's kernel IP layer saw $seen packets (the TCP exchange)"
-
-# 1b. The same through DPDK's net_af_packet (port=dpdk on an interface, both sides: the
-# af_packet port's UDP GSO super-frames cross a veth whole, and net_af_packet takes frames of
-# 10 KiB at most), whose packet socket the kernel also shows every frame.
-before=$(ip_in "$nsB")
-on "$nsB" "$ifB" env UROCE_PORT=dpdk UROCE_DEVINFO=1 ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c \
-  >"$dir/server.log" 2>&1 &
-server=$!
-wait_listen "$nsB" 18515 "$server" || fail "pingpong server (dpdk) did not start"
-on "$nsA" "$ifA" env UROCE_PORT=dpdk ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c 10.96.0.2 \
-  >"$dir/client.log" 2>&1 || fail "pingpong client (dpdk)"
-wait "$server" || fail "pingpong server (dpdk)"
-grep -q "2000 iters" "$dir/client.log" || fail "no '2000 iters' in the client's output (dpdk)"
-grep -q "net_af_packet.*a tc program at the interface's ingress" "$dir/server.log" \
-  || fail "the server's net_af_packet device did not attach the tc program (devinfo above)"
-seen=$(( $(ip_in "$nsB") - before ))
-[ "$seen" -lt 500 ] || fail "the kernel's IP layer saw $seen packets during 2000 iterations over net_af_packet"
-echo "ok: port=dpdk (net_af_packet): 2000 pingpong iterations, the server's kernel IP layer saw $seen packets"
+# 1. A pingpong: the kernel's IP layer sees the TCP exchange only. shielded_pingpong PORT
+# DRIVER: both sides on port PORT; the server's devinfo line names DRIVER and the program.
+shielded_pingpong() {
+  local port=$1 driver=$2 before seen server
+  before=$(ip_in "$nsB")
+  on "$nsB" "$ifB" env UROCE_PORT="$port" UROCE_DEVINFO=1 ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c \
+    >"$dir/server.log" 2>&1 &
+  server=$!
+  wait_listen "$nsB" 18515 "$server" || fail "$port: pingpong server did not start"
+  on "$nsA" "$ifA" env UROCE_PORT="$port" ibv_rc_pingpong -d uroce0 -g 1 -n 2000 -c 10.96.0.2 \
+    >"$dir/client.log" 2>&1 || fail "$port: pingpong client"
+  wait "$server" || fail "$port: pingpong server"
+  grep -q "2000 iters" "$dir/client.log" || fail "$port: no '2000 iters' in the client's output"
+  grep -q "$driver.*a tc program at the interface's ingress" "$dir/server.log" \
+    || fail "$port: the server's device did not attach the tc program (devinfo above)"
+  seen=$(( $(ip_in "$nsB") - before ))
+  [ "$seen" -lt 500 ] || fail "$port: the kernel's IP layer saw $seen packets during 2000 iterations (RoCE frames reached it)"
+  echo "ok: port=$port: 2000 pingpong iterations, the server's kernel IP layer saw $seen packets (the TCP exchange)"
+}
+shielded_pingpong af_packet "af_packet socket"
+# DPDK's net_af_packet reads through a packet socket too (both sides on it: the af_packet
+# port's UDP GSO super-frames cross a veth whole, and net_af_packet takes 10 KiB at most).
+shielded_pingpong dpdk net_af_packet
 
 # 2. While uroce runs, UDP 4791 for another address still reaches the kernel.
 on "$nsB" "$ifB" ibv_rc_pingpong -d uroce0 -g 1 -n 5 >"$dir/waiting.log" 2>&1 &
