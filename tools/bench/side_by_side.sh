@@ -186,7 +186,7 @@ memif() {
   v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
   echo "${v:-0} $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
-memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" | awk '{print $2}') 100 0"; }
+memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" "$@" | awk '{print $2}') 100 0"; }
 
 mkdir -p docs/bench
 csv=docs/bench/side_by_side.csv
@@ -269,6 +269,8 @@ if [ -x "$mpi_pp" ] && command -v mpirun.openmpi >/dev/null; then
 fi
 # Shared memory between two processes (no kernel interface), against one core's memcpy.
 row memif "memcpy 1 core 64 KiB" MB/s - memcpy_bw
+# The ceiling of any port that copies through shared memory: 4 KiB frames from one core to another.
+row memif "2 cores pass 4 KiB frames" MB/s - memcpy_bw cross
 row memif "memif ib_write_bw 64 KiB" MB/s "iperf3 TCP" memif 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row memif "memif ib_send_lat 8 B" us "qperf udp_lat 8 B" memif 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "idle with device open" "% of a core" - idle_cpu
@@ -284,7 +286,7 @@ if command -v gnuplot >/dev/null; then
 set terminal pngcairo size 1700,740 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (memif), and what one core's memcpy moves"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (memif), what one core's memcpy moves and what two cores pass through shared memory"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
