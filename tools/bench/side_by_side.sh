@@ -9,7 +9,9 @@
 # process (tools/bench/qp_scale.c). The middleware, both ways on the same link: UCX's
 # ucx_perftest over its tcp transport and over rc_verbs on uroce, and Open MPI's ping-pong
 # (tests/verbs/mpi_pingpong.c) over its TCP BTL and over UCX on uroce. Two uroce processes
-# joined by shared memory (DPDK net_memif, no kernel interface), beside one core's memcpy. Prints each figure with its ratio to the kernel's, and the
+# joined by shared memory (DPDK net_memif, no kernel interface), beside one core's memcpy and
+# what two cores pass each other through shared memory. Prints each figure with its ratio to
+# the kernel's, and the
 # CPU of each side (share of one core, /usr/bin/time %P) and for bandwidth the CPU seconds
 # of both sides per GB moved; saves docs/bench/side_by_side.csv
 # and .png.
