@@ -30,19 +30,20 @@ struct vlan_hdr {
   __be16 proto;
 };
 
-enum roce_kind { NOT_ROCE, ROCE_OURS, ROCE_MULTICAST, ROCE_OTHERS };
+// ROCE_SHORT: the headers go past `end` (not all of them in the readable part).
+enum roce_kind { NOT_ROCE, ROCE_OURS, ROCE_MULTICAST, ROCE_OTHERS, ROCE_SHORT };
 
 /// Is the frame in [data, end) UDP to port 4791 (not an IPv4 fragment; one VLAN tag at
 /// most), and if so, addressed to one of the device's addresses, a multicast group, or
 /// someone else? Only the headers are read.
 static __always_inline enum roce_kind roce_frame(void* data, void* end) {
   struct ethhdr* eth = data;
-  if ((void*)(eth + 1) > end) return NOT_ROCE;
+  if ((void*)(eth + 1) > end) return ROCE_SHORT;
   __be16 proto = eth->h_proto;
   void* l3 = eth + 1;
   if (proto == bpf_htons(ETH_P_8021Q)) {  // one VLAN tag (uroce's `vlan` setting)
     struct vlan_hdr* v = l3;
-    if ((void*)(v + 1) > end) return NOT_ROCE;
+    if ((void*)(v + 1) > end) return ROCE_SHORT;
     proto = v->proto;
     l3 = v + 1;
   }
@@ -51,7 +52,8 @@ static __always_inline enum roce_kind roce_frame(void* data, void* end) {
   int multicast;
   if (proto == bpf_htons(ETH_P_IP)) {
     struct iphdr* ip = l3;
-    if ((void*)(ip + 1) > end || ip->protocol != IPPROTO_UDP || ip->ihl < 5) return NOT_ROCE;
+    if ((void*)(ip + 1) > end) return ROCE_SHORT;
+    if (ip->protocol != IPPROTO_UDP || ip->ihl < 5) return NOT_ROCE;
     if (ip->frag_off & bpf_htons(0x3FFF)) return NOT_ROCE;  // fragments: the kernel's
     udp = (void*)ip + ip->ihl * 4;
     dst.b[10] = 0xFF;
@@ -60,14 +62,16 @@ static __always_inline enum roce_kind roce_frame(void* data, void* end) {
     multicast = (dst.b[12] & 0xF0) == 0xE0;
   } else if (proto == bpf_htons(ETH_P_IPV6)) {
     struct ipv6hdr* ip6 = l3;
-    if ((void*)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP) return NOT_ROCE;
+    if ((void*)(ip6 + 1) > end) return ROCE_SHORT;
+    if (ip6->nexthdr != IPPROTO_UDP) return NOT_ROCE;
     udp = (void*)(ip6 + 1);
     __builtin_memcpy(dst.b, &ip6->daddr, 16);
     multicast = dst.b[0] == 0xFF;
   } else {
     return NOT_ROCE;
   }
-  if ((void*)(udp + 1) > end || udp->dest != bpf_htons(ROCE_PORT)) return NOT_ROCE;
+  if ((void*)(udp + 1) > end) return ROCE_SHORT;
+  if (udp->dest != bpf_htons(ROCE_PORT)) return NOT_ROCE;
   if (multicast) return ROCE_MULTICAST;
   return bpf_map_lookup_elem(&uroce_addrs, &dst) != 0 ? ROCE_OURS : ROCE_OTHERS;
 }

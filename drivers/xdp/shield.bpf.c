@@ -28,14 +28,16 @@ struct {
 
 SEC("tc")
 int uroce_shield(struct __sk_buff* skb) {
+  enum roce_kind k = roce_frame((void*)(long)skb->data, (void*)(long)skb->data_end);
   // A frame written into a packet socket's transmit ring (DPDK's net_af_packet sends so) has
   // only its Ethernet header in the skb's linear part, the rest in pages the program cannot
-  // read directly: make the headers linear first.
-  const __u32 linear = skb->data_end - skb->data;
-  if (linear < UROCE_HEADERS && skb->len > linear)
+  // read directly: make the headers linear, then look again (only for such frames: a pull
+  // copies, and a cloned skb's head with it).
+  if (k == ROCE_SHORT && skb->len > skb->data_end - skb->data) {
     bpf_skb_pull_data(skb, skb->len < UROCE_HEADERS ? skb->len : UROCE_HEADERS);
-  if (roce_frame((void*)(long)skb->data, (void*)(long)skb->data_end) != ROCE_OURS)
-    return UROCE_TCX_NEXT;
+    k = roce_frame((void*)(long)skb->data, (void*)(long)skb->data_end);
+  }
+  if (k != ROCE_OURS) return UROCE_TCX_NEXT;
   __u32 zero = 0;
   __u64* c = bpf_map_lookup_elem(&uroce_count, &zero);
   if (c) *c += 1;
