@@ -25,6 +25,7 @@
 #   ECNS="1 0" (DCQCN on, off)  STARTS="0 $LATE" (together, one late)  SENDER_ENV="UROCE_X=.."
 #   PERFTEST_ARGS="-t 16" (more arguments for every ib_write_bw)
 #   KMIN=16384 KMAX=196608 PMAX=0.2 LIMIT=262144 (bytes: RED's thresholds, the queue's limit)
+#   TICK_US=100 (the user-space switch's wake-up period)
 #   OUT=docs/bench
 # Needs root and nothing else busy (2 cores run every process and the kernel's bridge).
 set -euo pipefail
@@ -34,6 +35,10 @@ rate=${RATE:-1000}
 secs=${SECS:-8}
 late=${LATE:-3}
 kmin=${KMIN:-16384} kmax=${KMAX:-196608} pmax=${PMAX:-0.2} limit=${LIMIT:-262144}
+# The user-space switch wakes every TICK_US at most (0: at every arrival and departure). Its
+# wake-ups were half of its CPU, a core's worth taken from the ten processes of the feedback
+# loop; a frame now leaves up to 100 us late, with the others due by then (three at 1 Gb/s).
+tick=${TICK_US:-100}
 out=${OUT:-docs/bench}
 switch=${SWITCH:-auto}
 # Every port of the switch runs at one speed, as in a fabric: each uroce is paced at most at
@@ -113,7 +118,7 @@ switch_start() {
   for i in $(seq 1 "$n"); do ports+=("p$i"); done
   if [ "$switch" = user ]; then
     ip netns exec "$sw" chrt -f 20 "$ecn_switch" --bottleneck p0 --rate "$rate" --limit "$limit" \
-      --kmin "$kmin" --kmax "$kmax" --pmax "$pmax" --samples "$file" "${ports[@]}" p0 \
+      --kmin "$kmin" --kmax "$kmax" --pmax "$pmax" --samples "$file" --tick-us "$tick" "${ports[@]}" p0 \
       >"$tmp/switch.out" 2>&1 &
   else
     ip netns exec "$sw" bash -c '
