@@ -37,6 +37,11 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
   } else if (key == "devargs") {
     if (value.empty()) return "devargs must not be empty (e.g. net_tap0,iface=tap0)";
     dev->devargs = value;
+  } else if (key == "shm") {
+    if (value.empty() || value.size() > 107 || value[0] != '/')
+      return "shm '" + value + "' must be an absolute path for a unix socket (under 108 bytes), "
+             "the same in both processes, e.g. /run/uroce-ab";
+    dev->shm = value;
   } else if (key == "ipv4") {
     dev->ipv4 = wire::parse_ipv4(value);
     if (!dev->ipv4) return "ipv4 '" + value + "' is not an IPv4 address (e.g. 10.0.0.1)";
@@ -115,7 +120,7 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
     return parse_dcqcn(value, &dev->dcqcn);
   } else {
     return "unknown setting '" + key +
-           "' (known: iface, devargs, port, gso, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
+           "' (known: iface, devargs, shm, port, gso, ipv4, ipv6, mtu, vlan, pcap, fault, exclusive, "
            "progress, progress_cpu, batch, ecn, line_rate, cnp_dscp, min_time_between_cnps, "
            "dcqcn)";
   }
@@ -303,8 +308,9 @@ bool parse(const std::string& text, const std::string& source, Config* out, std:
     }
   }
   for (const auto& d : out->devices) {
-    if (d.iface.empty() && d.devargs.empty()) {
-      *error = source + ": device [" + d.name + "] needs iface = <interface> or devargs = <dpdk devargs>";
+    if (d.iface.empty() && d.devargs.empty() && d.shm.empty()) {
+      *error = source + ": device [" + d.name +
+               "] needs iface = <interface>, devargs = <dpdk devargs> or shm = <socket path>";
       return false;
     }
     if (d.port != DeviceConfig::PortKind::kPacket && (d.iface.empty() || !d.devargs.empty())) {
@@ -319,6 +325,7 @@ bool parse(const std::string& text, const std::string& source, Config* out, std:
 
 bool apply_env(const Env& env, Config* cfg, std::string* error) {
   static const char* const kVars[][2] = {{"UROCE_IFACE", "iface"}, {"UROCE_DEVARGS", "devargs"},
+                                         {"UROCE_SHM", "shm"},
                                          {"UROCE_IPV4", "ipv4"},   {"UROCE_IPV6", "ipv6"},
                                          {"UROCE_MTU", "mtu"},     {"UROCE_VLAN", "vlan"},
                                          {"UROCE_PCAP", "pcap"},   {"UROCE_FAULT", "fault"},
@@ -344,9 +351,9 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
     }
   }
   if (!cfg->devices.empty() && cfg->devices.front().iface.empty() &&
-      cfg->devices.front().devargs.empty()) {
+      cfg->devices.front().devargs.empty() && cfg->devices.front().shm.empty()) {
     *error = "device " + cfg->devices.front().name +
-             " has no interface: set UROCE_IFACE=<interface> (or UROCE_DEVARGS)";
+             " has no interface: set UROCE_IFACE=<interface> (or UROCE_DEVARGS, UROCE_SHM)";
     return false;
   }
   return true;

@@ -80,6 +80,9 @@ struct DeviceConfig {
   std::string name = "uroce0";
   std::string iface;
   std::string devargs;
+  // Instead of an interface: a shared-memory link to another uroce process on this machine,
+  // named by a unix socket path both give (drivers/shm/shm_port.h).
+  std::string shm;
   std::optional<wire::Ipv4Addr> ipv4;
   std::optional<wire::Ipv6Addr> ipv6;
   uint32_t mtu = 4096;

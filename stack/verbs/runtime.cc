@@ -30,6 +30,7 @@
 #include "dpdk/dpdk_port.h"
 #include "fault/fault_injector.h"
 #include "packet/packet_port.h"
+#include "shm/shm_port.h"
 #include "trace/pcap_trace.h"
 #include "xdp/kernel_shield.h"
 #include "xdp/xdp_port.h"
@@ -395,7 +396,21 @@ Runtime* open_runtime(Device* d) {
   rt->pid = getpid();
   std::string description;  // how the port is set up, for `uroce devinfo`
   using Kind = config::DeviceConfig::PortKind;
-  if (dc.port == Kind::kXdp && dc.devargs.empty()) {
+  if (!dc.shm.empty()) {
+    drivers::ShmConfig sc;
+    sc.path = dc.shm;
+    auto sp = drivers::ShmPort::open(sc, &err);
+    if (sp) {
+      description = sp->describe();
+      rt->port_counters = [p = sp.get()](uint64_t* v) {
+        const drivers::ShmPort::Stats& s = p->stats();
+        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_bad_slot, 0, 0, 0, 0, 0, 0};
+        static_assert(std::size(all) == kPortCounters);
+        std::copy(std::begin(all), std::end(all), v);
+      };
+    }
+    rt->port = std::move(sp);
+  } else if (dc.port == Kind::kXdp && dc.devargs.empty()) {
     drivers::XdpConfig xc;
     xc.iface = dc.iface;
     if (dc.ipv4) xc.addresses.push_back(wire::ipv4_mapped_gid(*dc.ipv4));

@@ -64,7 +64,7 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"iface = v0\n", "t.conf:1: setting before any [device] section"},
       {"[uroce0\n", "t.conf:1: section header must look like [uroce0]"},
       {"[uroce0]\niface v0\n", "t.conf:2: expected 'key = value'"},
-      {"[uroce0]\nipv4=1.2.3.4\n", "t.conf: device [uroce0] needs iface = <interface> or devargs"},
+      {"[uroce0]\nipv4=1.2.3.4\n", "t.conf: device [uroce0] needs iface = <interface>, devargs = <dpdk devargs> or shm"},
       {"[a]\niface=x\n[a]\n", "t.conf:3: device [a] is defined twice"},
       {"[bad name]\n", "t.conf:1: device name 'bad name' must be"},
       {"[uroce0]\niface=v0\nvlan=5000\n", "t.conf:3: vlan '5000' must be a VLAN id from 0"},
