@@ -250,7 +250,7 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
   cloexec_new_fds(fds);
   if (rc < 0) {
     *error = std::string("DPDK EAL failed to start (") + rte_strerror(rte_errno) +
-             "): check UROCE_EAL_ARGS; running as root?";
+             "): running as root?";
     return false;
   }
   // With --no-shconf nothing is ever written to the EAL's runtime directory: remove it now,

@@ -22,6 +22,10 @@ constexpr uint64_t kMagic = 0x75726f6365736d31ULL;  // "urocesm1"
 constexpr uint32_t kVersion = 1;
 constexpr size_t kPage = 4096;
 constexpr uint64_t kAcceptEveryNs = 1'000'000;  // the listener looks for its peer each ms
+// Spare bytes after the last slot. The parser reads a field (an IP length) more than once: a
+// peer that rewrites a frame while it is parsed can make a later read run up to 64 KiB past
+// the frame (an IP datagram's longest) -- still inside this mapping, never beyond it.
+constexpr size_t kOverread = 68 * 1024;
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -107,7 +111,7 @@ struct Layout {
       slots[d] = off;
       off += round_up(size_t{n} * slot_size, kPage);
     }
-    total = off;
+    total = off + kOverread;
   }
 };
 

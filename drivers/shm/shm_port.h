@@ -2,7 +2,7 @@
 // copy of its own: the sender's engine builds each frame in a slot of the shared region, the
 // receiver's engine parses it there and copies the payload straight into the MR. (DPDK's
 // memif copies every frame twice more: from the sender's mbuf into its ring and out of the
-// ring into the receiver's mbuf; docs/ports.md#shm.)
+// ring into the receiver's mbuf; docs/shm.md.)
 //
 // Pairing: both processes name the same unix socket path. The first to open listens on it;
 // the second connects, creates the region (a memfd) and passes it over the socket. Once

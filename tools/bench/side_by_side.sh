@@ -9,7 +9,8 @@
 # process (tools/bench/qp_scale.c). The middleware, both ways on the same link: UCX's
 # ucx_perftest over its tcp transport and over rc_verbs on uroce, and Open MPI's ping-pong
 # (tests/verbs/mpi_pingpong.c) over its TCP BTL and over UCX on uroce. Two uroce processes
-# joined by shared memory (DPDK net_memif, no kernel interface), beside one core's memcpy and
+# joined by shared memory (DPDK net_memif, and uroce's own shm port; no kernel interface),
+# beside one core's memcpy and
 # what two cores pass each other through shared memory. Prints each figure with its ratio to
 # the kernel's, and the
 # CPU of each side (share of one core, /usr/bin/time %P) and for bandwidth the CPU seconds
@@ -171,23 +172,28 @@ mpi() {
 mpi_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.91.0.0/24)
 mpi_ucx=(uroce --mca pml ucx --mca btl self --mca osc ^ucx -x UCX_NET_DEVICES=uroce0:1
          -x UCX_TLS=rc_verbs,ud_verbs,self)
-# Two uroce processes joined by net_memif in namespace A (perftest's exchange on loopback).
-memif() {
-  local col=$1; shift
+# Two uroce processes joined by shared memory in namespace A (perftest's exchange on
+# loopback): pair_shared SERVER_PORT CLIENT_PORT COL ARGS..., each PORT a VAR=value naming the
+# port (DPDK's net_memif, or uroce's own shm port).
+pair_shared() {
+  local sport=$1 cport=$2 col=$3; shift 3
   local side=(env LD_LIBRARY_PATH="$PWD/build-release/lib" UROCE_MTU=4096)
   ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "${side[@]}" UROCE_IPV4=10.90.0.2 \
-    UROCE_DEVARGS="net_memif0,role=server,id=0,socket=/uroce-bench-memif,mac=02:00:00:00:90:02" \
-    timeout 120 "$@" >"$tmp/s.out" 2>&1 &
+    "$sport" timeout 120 "$@" >"$tmp/s.out" 2>&1 &
   local server=$!
   wait_listen "$a" 18515 "$server"
   ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "${side[@]}" UROCE_IPV4=10.90.0.1 \
-    UROCE_DEVARGS="net_memif0,role=client,id=0,socket=/uroce-bench-memif,mac=02:00:00:00:90:01" \
-    timeout 120 "$@" 127.0.0.1 >"$tmp/c.out" 2>&1 || true
+    "$cport" timeout 120 "$@" 127.0.0.1 >"$tmp/c.out" 2>&1 || true
   wait "$server" || true
   local v
   v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
   echo "${v:-0} $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
+memif() {
+  pair_shared "UROCE_DEVARGS=net_memif0,role=server,id=0,socket=/uroce-bench-memif,mac=02:00:00:00:90:02" \
+    "UROCE_DEVARGS=net_memif0,role=client,id=0,socket=/uroce-bench-memif,mac=02:00:00:00:90:01" "$@"
+}
+shm() { pair_shared "UROCE_SHM=$tmp/shm-link" "UROCE_SHM=$tmp/shm-link" "$@"; }
 memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" "$@" | awk '{print $2}') 100 0"; }
 
 mkdir -p docs/bench
@@ -275,6 +281,9 @@ row memif "memcpy 1 core 64 KiB" MB/s - memcpy_bw
 row memif "2 cores pass 4 KiB frames" MB/s - memcpy_bw cross
 row memif "memif ib_write_bw 64 KiB" MB/s "iperf3 TCP" memif 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row memif "memif ib_send_lat 8 B" us "qperf udp_lat 8 B" memif 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+# uroce's own shared-memory port: the frames are built and parsed in the shared slots.
+row memif "shm ib_write_bw 64 KiB" MB/s "iperf3 TCP" shm 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row memif "shm ib_send_lat 8 B" us "qperf udp_lat 8 B" shm 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "idle with device open" "% of a core" - idle_cpu
 row uroce "blocked in get_cq_event" "% of a core" - blocked_cpu
 row qps "10000 QPs: create" us/QP - qp_scale create_us_per_qp
@@ -288,7 +297,7 @@ if command -v gnuplot >/dev/null; then
 set terminal pngcairo size 1700,740 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (memif), what one core's memcpy moves and what two cores pass through shared memory"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (DPDK's memif, uroce's shm port), what one core's memcpy moves and what two cores pass through shared memory"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
