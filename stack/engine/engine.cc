@@ -594,11 +594,21 @@ Frame* Engine::build_packet(RoceHeaders& h, size_t payload_len, FrameLayout* lay
   Frame* f = tx_alloc();
   if (f == nullptr) return nullptr;
   if (!h.ipv6) h.ip4.ident = ip_id_++;
-  *lay = emit_headers(h, payload_len, f->room());
+  // The headers are written here, copied into the frame, and the ICRC starts from this copy:
+  // nothing of the frame is read back (with the shared-memory port, its lines were last the
+  // peer core's, and a read waits for each: docs/shm.md). The payload's CRC is taken from
+  // its source as it is copied in (gather); seal_frame() finishes what nobody carried on.
+  std::array<uint8_t, 256> hdr;
+  *lay = emit_header_bytes(h, payload_len, hdr, f->cap);
   if (lay->len == 0) {
     port_.free_frame(f);
     return nullptr;
   }
+  std::memcpy(f->data, hdr.data(), lay->payload_off);
+  std::memset(f->data + lay->payload_off + payload_len, 0,
+              lay->icrc_off - lay->payload_off - payload_len);  // pad
+  lay->crc_len = lay->payload_off - lay->l3_off;
+  lay->crc = icrc_begin(Bytes(hdr.data() + lay->l3_off, lay->crc_len), lay->ipv6, lay->ip_hdr_len);
   f->len = static_cast<uint32_t>(lay->len);
   return f;
 }
@@ -715,9 +725,10 @@ bool Engine::copy_to_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32
 }
 
 bool Engine::copy_from_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
-                            uint8_t* dst, uint32_t len) const {
-  return walk_sges(mrs_, pd, sges, n, offset, len, 0, [&dst](uint8_t* host, uint32_t chunk) {
+                            uint8_t* dst, uint32_t len, uint32_t* crc) const {
+  return walk_sges(mrs_, pd, sges, n, offset, len, 0, [&dst, crc](uint8_t* host, uint32_t chunk) {
     std::memcpy(dst, host, chunk);
+    if (crc != nullptr) *crc = wire::crc32(*crc, Bytes(host, chunk));
     dst += chunk;
   });
 }

@@ -341,8 +341,9 @@ class Engine {
   /// the list is too short or a key check fails (writing needs LOCAL_WRITE).
   bool copy_to_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
                     const uint8_t* src, uint32_t len) const;
+  /// `crc`: the ICRC's running CRC, carried on over the bytes copied, read from the MR.
   bool copy_from_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
-                      uint8_t* dst, uint32_t len) const;
+                      uint8_t* dst, uint32_t len, uint32_t* crc = nullptr) const;
   void post_event(ibv_event_type type, Qp* qp, Cq* cq = nullptr, Srq* srq = nullptr);
   bool resolve_path(const ibv_ah_attr& ah, Path* path) const;
   /// Ethernet/IP/UDP/BTH fields for packets from QP `qpn` to `dest_qpn` along `path`.
@@ -412,7 +413,9 @@ class Engine {
   /// Carries out a bind or local invalidate; false (the QP in error) if it fails.
   bool run_local_op(Qp* qp, SendWqe& w);
   void retire_sq(Qp* qp);
-  bool gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uint32_t len);
+  /// Copies the payload into a frame from build_packet, its ICRC carried on over the source.
+  bool gather(Qp* qp, const SendWqe& w, uint32_t offset, Frame* f, wire::FrameLayout* lay,
+              uint32_t len);
   void ud_send(Qp* qp, SendWqe& w);
 
   // completer.cc. What other rooms may ask of the completer (it alone writes qp->comp):

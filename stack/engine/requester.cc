@@ -49,12 +49,19 @@ bool Engine::prepare_wqe(Qp* qp, SendWqe& w) {
   return true;
 }
 
-bool Engine::gather(Qp* qp, const SendWqe& w, uint32_t offset, uint8_t* dst, uint32_t len) {
+bool Engine::gather(Qp* qp, const SendWqe& w, uint32_t offset, Frame* f, FrameLayout* lay,
+                    uint32_t len) {
+  uint8_t* dst = f->data + lay->payload_off;
+  uint32_t crc = lay->crc;
   if (w.is_inline) {
-    std::memcpy(dst, w.inline_data.data() + offset, len);
-    return true;
+    const Bytes src(w.inline_data.data() + offset, len);
+    std::memcpy(dst, src.data(), len);
+    crc = wire::crc32(crc, src);
+  } else if (!copy_from_sges(qp->pd, w.sge.data(), w.num_sge, offset, dst, len, &crc)) {
+    return false;
   }
-  return copy_from_sges(qp->pd, w.sge.data(), w.num_sge, offset, dst, len);
+  wire::payload_crc(*lay, crc, len);
+  return true;
 }
 
 bool Engine::send_packet(Qp* qp, SendWqe& w) {
@@ -116,7 +123,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   FrameLayout lay;
   Frame* f = build_packet(h, payload, &lay);
   if (f == nullptr) return false;
-  if (payload != 0 && !gather(qp, w, offset, f->data + lay.payload_off, payload)) {
+  if (payload != 0 && !gather(qp, w, offset, f, &lay, payload)) {
     port_.free_frame(f);
     fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
     return false;
@@ -161,7 +168,7 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
   FrameLayout lay;
   Frame* f = build_packet(h, w.length, &lay);
   if (f == nullptr) return;
-  if (!gather(qp, w, 0, f->data + lay.payload_off, w.length)) {
+  if (!gather(qp, w, 0, f, &lay, w.length)) {
     port_.free_frame(f);
     w.state = WqeState::kDone;
     w.status = IBV_WC_LOC_PROT_ERR;

@@ -578,7 +578,10 @@ bool Engine::send_read_response(Qp* qp, RdAtomicRes& r) {
   FrameLayout lay;
   Frame* f = build_packet(h, len, &lay);
   if (f == nullptr) return false;
-  if (len != 0) std::memcpy(f->data + lay.payload_off, host, len);
+  if (len != 0) {
+    std::memcpy(f->data + lay.payload_off, host, len);
+    wire::payload_crc(lay, wire::crc32(lay.crc, Bytes(host, len)), len);  // from the MR
+  }
   send_built(f, lay);
   paced(qp, static_cast<uint32_t>(lay.len));  // a READ response is this QP's data too
   if (qp->cc.dcqcn.limited()) qp->cc.requester_turn = true;

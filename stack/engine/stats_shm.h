@@ -37,7 +37,7 @@ inline constexpr size_t kCmCounters = std::size(kCmCounterInfo);
 inline constexpr CmCounterInfo kPortCounterInfo[] = {
     {"port_rx_frames", "frames the port received"},
     {"port_tx_frames", "frames the port sent"},
-    {"port_rx_dropped", "frames the NIC, PMD or kernel dropped before uroce saw them (no buffer, ring full)"},
+    {"port_rx_dropped", "frames the NIC, PMD or kernel dropped before uroce saw them (no buffer, ring full); shm: the peer's ring entries out of range, skipped"},
     {"port_rx_oversize", "frames longer than the port takes (AF_XDP: two chunks; af_packet: a super-frame it could not cut), dropped"},
     {"xdp_to_uroce", "AF_XDP: frames uroce's XDP program handed the socket (RoCE for us)"},
     {"xdp_to_kernel", "AF_XDP: frames it left to the kernel (everything else on the interface)"},

@@ -20,6 +20,9 @@ uint32_t crc32_bitwise(uint32_t crc, Bytes data) {
 constexpr size_t kUdpLen = 8;
 constexpr size_t kBthLen = 12;
 constexpr size_t kMaxMasked = 60 + kUdpLen + kBthLen;  // IPv4 with 40 bytes of options
+// Up to this much of a packet's start goes through the masked copy, so that the extension
+// headers after the BTH cost no CRC call of their own (a call has a fixed cost of its own).
+constexpr size_t kMaxCopied = kMaxMasked + 64;
 
 }  // namespace
 
@@ -30,11 +33,16 @@ uint32_t crc32(uint32_t crc, Bytes data, CrcImpl impl) {
 }
 
 uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl) {
+  return icrc_begin(l3, ipv6, ip_hdr_len, impl);
+}
+
+uint32_t icrc_begin(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl) {
   static constexpr std::array<uint8_t, 8> kMaskedLrh = {0xFF, 0xFF, 0xFF, 0xFF,
                                                         0xFF, 0xFF, 0xFF, 0xFF};
   const size_t masked_len = ip_hdr_len + kUdpLen + kBthLen;
-  std::array<uint8_t, kMaxMasked> hdr;
-  for (size_t i = 0; i < masked_len; ++i) hdr[i] = l3[i];
+  const size_t copied = l3.size() <= kMaxCopied ? l3.size() : masked_len;
+  std::array<uint8_t, kMaxCopied> hdr;
+  for (size_t i = 0; i < copied; ++i) hdr[i] = l3[i];
 
   if (ipv6) {
     hdr[0] |= 0x0F;  // traffic class (high nibble) ...
@@ -55,8 +63,8 @@ uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl) {
   // The masked LRH never changes: its CRC is a constant (computed once, by the reference).
   static const uint32_t kLrhCrc = crc32(0, kMaskedLrh, CrcImpl::kReference);
   uint32_t crc = kLrhCrc;
-  crc = crc32(crc, Bytes(hdr.data(), masked_len), impl);
-  return crc32(crc, l3.subspan(masked_len), impl);
+  crc = crc32(crc, Bytes(hdr.data(), copied), impl);
+  return l3.size() == copied ? crc : crc32(crc, l3.subspan(copied), impl);
 }
 
 }  // namespace uroce::wire

@@ -34,6 +34,13 @@ uint32_t crc32(uint32_t crc, Bytes data, CrcImpl impl = CrcImpl::kFast);
 /// Precondition: l3.size() >= ip_hdr_len + 8 (UDP) + 12 (BTH).
 uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl = CrcImpl::kFast);
 
+/// The same CRC over a packet's first bytes only (`l3_start`: the IP header up to any point
+/// past the BTH), to be continued with crc32() over the rest as it is written:
+/// crc32(icrc_begin(l3.first(k), ...), l3.subspan(k)) == icrc_compute(l3, ...). A sender that
+/// computes it from the headers it has at hand and the payload's source never reads the frame
+/// back (for the shared-memory port, a frame another core read last: docs/shm.md).
+uint32_t icrc_begin(Bytes l3_start, bool ipv6, size_t ip_hdr_len, CrcImpl impl = CrcImpl::kFast);
+
 inline uint32_t load_icrc(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }

@@ -134,12 +134,21 @@ size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len) {
          pad + kIcrcLen + trailer_len;
 }
 
-FrameLayout emit_headers(const RoceHeaders& hin, size_t payload_len, MutBytes out) {
+FrameLayout emit_headers(const RoceHeaders& h, size_t payload_len, MutBytes out) {
+  const FrameLayout lay = emit_header_bytes(h, payload_len, out, out.size());
+  if (lay.len == 0) return lay;
+  for (size_t i = lay.payload_off + payload_len; i < lay.icrc_off; ++i) out[i] = 0;  // pad
+  return lay;
+}
+
+FrameLayout emit_header_bytes(const RoceHeaders& hin, size_t payload_len, MutBytes out,
+                              size_t frame_room) {
   FrameLayout lay;
   const OpcodeInfo& info = opcode_info(hin.bth.opcode);
   if (!info.valid) return lay;
   const size_t len = frame_len(hin, payload_len);
-  if (out.size() < len) return lay;
+  const size_t header_bytes = len - payload_len - ((4 - (payload_len & 3)) & 3) - kIcrcLen;
+  if (frame_room < len || out.size() < header_bytes) return lay;
 
   RoceHeaders h = hin;
   const size_t pad = (4 - (payload_len & 3)) & 3;
@@ -168,9 +177,7 @@ FrameLayout emit_headers(const RoceHeaders& hin, size_t payload_len, MutBytes ou
   emit_ext(info, h.ext, out.subspan(off));
   off += info.length;
   lay.payload_off = off;
-  off += payload_len;
-  for (size_t i = 0; i < pad; ++i) out[off + i] = 0;
-  off += pad;
+  off += payload_len + pad;
   lay.icrc_off = off;
   lay.len = off + kIcrcLen;
   lay.ip_hdr_len = h.ip_header_len();
@@ -180,7 +187,21 @@ FrameLayout emit_headers(const RoceHeaders& hin, size_t payload_len, MutBytes ou
 
 void seal_frame(MutBytes out, const FrameLayout& lay) {
   const Bytes l3(out.data() + lay.l3_off, lay.icrc_off - lay.l3_off);
-  store_icrc(&out[lay.icrc_off], icrc_compute(l3, lay.ipv6, lay.ip_hdr_len));
+  const uint32_t crc = lay.crc_len == 0            ? icrc_compute(l3, lay.ipv6, lay.ip_hdr_len)
+                       : lay.crc_len == l3.size() ? lay.crc
+                                                  : crc32(lay.crc, l3.subspan(lay.crc_len));
+  store_icrc(&out[lay.icrc_off], crc);
+}
+
+void payload_crc(FrameLayout& lay, uint32_t crc, size_t payload_len) {
+  static constexpr std::array<uint8_t, 3> kZeros{};
+  if (lay.crc_len != lay.payload_off - lay.l3_off) {  // no CRC of the headers to go on from
+    lay.crc_len = 0;
+    return;
+  }
+  const size_t pad = lay.icrc_off - lay.payload_off - payload_len;
+  lay.crc = pad == 0 ? crc : crc32(crc, Bytes(kZeros.data(), std::min(pad, kZeros.size())));
+  lay.crc_len = lay.icrc_off - lay.l3_off;
 }
 
 size_t build_frame(const RoceHeaders& h, Bytes payload, MutBytes out, const BuildExtras& x) {

@@ -95,6 +95,10 @@ struct FrameLayout {
   size_t icrc_off = 0;     // the 4 ICRC bytes
   size_t ip_hdr_len = 0;
   bool ipv6 = false;
+  // The ICRC's CRC so far, over the crc_len bytes from l3_off (icrc_begin, then crc32 over
+  // what followed); seal_frame() goes on from there. crc_len 0: seal_frame computes it all.
+  uint32_t crc = 0;
+  size_t crc_len = 0;
 };
 
 /// The zero-copy way to build a frame: writes every header (lengths, pad count, IPv4 checksum
@@ -103,8 +107,18 @@ struct FrameLayout {
 /// with len 0 if `out` is too small, the opcode is invalid, or the IP datagram would exceed
 /// the 16-bit IP length field.
 FrameLayout emit_headers(const RoceHeaders& h, size_t payload_len, MutBytes out);
-/// Computes and stores the ICRC once the payload is in place.
+/// The same, but writes only the bytes before the payload, into `hdr` (at least
+/// layout.payload_off long), for a frame of `frame_room` bytes; no pad.
+FrameLayout emit_header_bytes(const RoceHeaders& h, size_t payload_len, MutBytes hdr,
+                              size_t frame_room);
+/// Computes (or finishes: FrameLayout::crc_len) and stores the ICRC once the payload is in
+/// place.
 void seal_frame(MutBytes out, const FrameLayout& layout);
+
+/// After a payload of `payload_len` bytes was copied in right after the headers whose CRC
+/// `layout` carries, with `crc` carried on over it: adds the (zero) pad, so that
+/// seal_frame() reads nothing of the frame.
+void payload_crc(FrameLayout& layout, uint32_t crc, size_t payload_len);
 
 /// Size of the frame build_frame() will produce.
 size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len = 0);

@@ -539,39 +539,49 @@ static int mode_batch(const char* uroce) {
   open_two(&c0, &c1, &a, &b);
   int looks0 = 0;  /* the first publication (after the connection's frames) */
   while (stat_or(uroce, "uroce0", "tx_frames", 0) == 0) CHECK(++looks0 < 5000, "no counters");
-  const long long super0 = stat_or(uroce, "uroce0", "port_tx_super", 0);
-  const long long tx0 = stat_of(uroce, "uroce0", "tx_frames");
+  /* Batching needs the posts back to back (each within 1 us of the previous one's return):
+   * a poster the scheduler takes off its CPU mid-burst (other tests on a 2-core machine,
+   * a sanitizer's slower calls) rightly sends what it posted so far. So a short count is
+   * measured again, up to three times in all; batching that does not work fails all three. */
+  long long supers = 0;
   double worst = 0;
-  for (int r = 1; r <= kBatchRounds; ++r) {
-    const int len = MSG / kBatchWrites;
-    for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 31 + i);
-    const double start = now_s();
-    for (int k = 0; k < kBatchWrites; ++k) {
-      struct ibv_sge s = {(uintptr_t)(a.buf + k * len), (uint32_t)len, a.mr->lkey};
-      struct ibv_send_wr w = {.wr_id = (uint64_t)k, .sg_list = &s, .num_sge = 1,
-                              .opcode = IBV_WR_RDMA_WRITE,
-                              .send_flags = k == kBatchWrites - 1 ? IBV_SEND_SIGNALED : 0}, *bad;
-      w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG + k * len);
-      w.wr.rdma.rkey = b.mr->rkey;
-      CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE %d", k);
+  int attempt = 0;
+  for (attempt = 1; attempt <= 3 && supers < kBatchRounds / 2; ++attempt) {
+    const long long super0 = stat_or(uroce, "uroce0", "port_tx_super", 0);
+    const long long tx0 = stat_of(uroce, "uroce0", "tx_frames");
+    for (int r = 1; r <= kBatchRounds; ++r) {
+      const int len = MSG / kBatchWrites;
+      for (int i = 0; i < MSG; ++i) a.buf[i] = (uint8_t)(r * 31 + attempt + i);
+      const double start = now_s();
+      for (int k = 0; k < kBatchWrites; ++k) {
+        struct ibv_sge s = {(uintptr_t)(a.buf + k * len), (uint32_t)len, a.mr->lkey};
+        struct ibv_send_wr w = {.wr_id = (uint64_t)k, .sg_list = &s, .num_sge = 1,
+                                .opcode = IBV_WR_RDMA_WRITE,
+                                .send_flags = k == kBatchWrites - 1 ? IBV_SEND_SIGNALED : 0}, *bad;
+        w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG + k * len);
+        w.wr.rdma.rkey = b.mr->rkey;
+        CHECK(ibv_post_send(a.qp, &w, &bad) == 0, "post WRITE %d", k);
+      }
+      /* RC WRITEs land in order: the last byte of the last one means all of them. */
+      volatile uint8_t* last = b.buf + 2 * MSG - 1;
+      while (*last != a.buf[MSG - 1])
+        CHECK(now_s() - start < 5.0, "round %d: the batched WRITEs never left (no call into the "
+              "library after the posts)", r);
+      const double took = now_s() - start;
+      if (took > worst) worst = took;
+      CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
+      wait_one(&a);
     }
-    /* RC WRITEs land in order: the last byte of the last one means all of them. */
-    volatile uint8_t* last = b.buf + 2 * MSG - 1;
-    while (*last != a.buf[MSG - 1])
-      CHECK(now_s() - start < 5.0, "round %d: the batched WRITEs never left (no call into the "
-            "library after the posts)", r);
-    const double took = now_s() - start;
-    if (took > worst) worst = took;
-    CHECK(memcmp(a.buf, b.buf + MSG, MSG) == 0, "round %d: WRITE data differs", r);
-    wait_one(&a);
+    /* The counters are published every 100 ms: wait for a publication that has every WRITE. */
+    int looks = 0;
+    while (stat_of(uroce, "uroce0", "tx_frames") < tx0 + kBatchRounds * kBatchWrites)
+      CHECK(++looks < 5000, "tx_frames never counted the WRITEs");
+    supers = stat_or(uroce, "uroce0", "port_tx_super", 0) - super0;
+    if (supers < kBatchRounds / 2)
+      fprintf(stderr, "attempt %d: %lld super-frames for %d bursts\n", attempt, supers, kBatchRounds);
   }
-  /* The counters are published every 100 ms: wait for a publication that has every WRITE. */
-  int looks = 0;
-  while (stat_of(uroce, "uroce0", "tx_frames") < tx0 + kBatchRounds * kBatchWrites)
-    CHECK(++looks < 5000, "tx_frames never counted the WRITEs");
-  const long long supers = stat_or(uroce, "uroce0", "port_tx_super", 0) - super0;
-  CHECK(supers >= kBatchRounds / 2, "%lld super-frames for %d bursts of %d WRITEs: posts were "
-        "not batched", supers, kBatchRounds, kBatchWrites);
+  CHECK(supers >= kBatchRounds / 2, "%lld super-frames for %d bursts of %d WRITEs in each of "
+        "three attempts: posts were not batched", supers, kBatchRounds, kBatchWrites);
   ep_free(&a);
   ep_free(&b);
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
