@@ -235,6 +235,10 @@ bool start_eal(const DpdkConfig& cfg, std::string* error) {
     args.push_back("--no-huge");
     args.push_back("--no-shconf");
   }
+  // memif's zero-copy client shares the EAL's own memory, which it can only do from one
+  // file per memory segment list.
+  if (cfg.devargs.rfind("net_memif", 0) == 0 && cfg.devargs.find("zero-copy=yes") != std::string::npos)
+    args.push_back("--single-file-segments");
   if (pci.empty()) {
     args.push_back("--no-pci");
   } else {
@@ -302,8 +306,9 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkConfig& cfg, std::string* err
     return nullptr;
   }
   if (probed < 0) {
-    *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) +
-             "): does interface '" + cfg.iface + "' exist in this network namespace?";
+    *error = "cannot open DPDK device '" + devargs + "' (" + rte_strerror(rte_errno) + "): " +
+             (cfg.iface.empty() ? std::string("check the devargs (DPDK's own lines above say which)")
+                                : "does interface '" + cfg.iface + "' exist in this network namespace?");
     return nullptr;
   }
   std::unique_ptr<DpdkPort> p(new DpdkPort());

@@ -90,7 +90,6 @@ class ShmPort final : public Port {
   std::vector<uint8_t> tx_with_peer_;  // our slot is in the peer's hands
   std::vector<uint8_t> rx_held_;       // the peer's slot is in our engine's hands
   uint32_t tx_head_ = 0, rx_tail_ = 0, ret_head_ = 0, ret_tail_ = 0;  // our copies of our indexes
-  uint32_t tx_tail_seen_ = 0;
   bool gone_ = false;
   Stats stats_;
 };
