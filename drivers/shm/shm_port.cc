@@ -80,11 +80,10 @@ struct Header {
 }  // namespace
 
 /// A single-producer ring of 64-bit entries, `slots` of them (each slot is in at most one
-/// place at a time, so it never overflows). head: written by the producer only; tail: by the
-/// consumer only, for people reading the region (nobody waits on it).
+/// place at a time, so it never overflows, and the producer never needs to know how far the
+/// consumer got). head: written by the producer only.
 struct ShmPort::Ring {
   alignas(64) std::atomic<uint32_t> head;
-  alignas(64) std::atomic<uint32_t> tail;
   alignas(64) uint64_t entry[1];  // [slots]: slot number << 32 | frame length
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);  // address-free across processes
@@ -337,7 +336,6 @@ uint32_t ShmPort::take_returned() {
     free_.push_back(slot);
     ++got;
   }
-  tx_returned_->tail.store(ret_tail_, std::memory_order_release);
   return got;
 }
 
@@ -376,7 +374,6 @@ uint16_t ShmPort::rx_burst(uint64_t now_ns, std::span<Frame*> out) {
     f.cookie = &f;
     out[got++] = &f;
   }
-  rx_sent_->tail.store(rx_tail_, std::memory_order_release);
   stats_.rx_frames += got;
   return got;
 }

@@ -608,7 +608,7 @@ Frame* Engine::build_packet(RoceHeaders& h, size_t payload_len, FrameLayout* lay
   std::memset(f->data + lay->payload_off + payload_len, 0,
               lay->icrc_off - lay->payload_off - payload_len);  // pad
   lay->crc_len = lay->payload_off - lay->l3_off;
-  lay->crc = icrc_begin(Bytes(hdr.data() + lay->l3_off, lay->crc_len), lay->ipv6, lay->ip_hdr_len);
+  lay->crc = icrc_compute(Bytes(hdr.data() + lay->l3_off, lay->crc_len), lay->ipv6, lay->ip_hdr_len);
   f->len = static_cast<uint32_t>(lay->len);
   return f;
 }

@@ -33,10 +33,6 @@ uint32_t crc32(uint32_t crc, Bytes data, CrcImpl impl) {
 }
 
 uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl) {
-  return icrc_begin(l3, ipv6, ip_hdr_len, impl);
-}
-
-uint32_t icrc_begin(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl) {
   static constexpr std::array<uint8_t, 8> kMaskedLrh = {0xFF, 0xFF, 0xFF, 0xFF,
                                                         0xFF, 0xFF, 0xFF, 0xFF};
   const size_t masked_len = ip_hdr_len + kUdpLen + kBthLen;

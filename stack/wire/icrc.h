@@ -32,14 +32,11 @@ uint32_t crc32(uint32_t crc, Bytes data, CrcImpl impl = CrcImpl::kFast);
 /// ICRC of a RoCEv2 packet. `l3` runs from the first byte of the IP header to the last pad
 /// byte (the ICRC itself excluded); `ip_hdr_len` is 20..60 for IPv4 and 40 for IPv6.
 /// Precondition: l3.size() >= ip_hdr_len + 8 (UDP) + 12 (BTH).
+/// Over a packet's first bytes only (any point past the BTH) it is the running CRC, to be
+/// carried on with crc32() over the rest: crc32(icrc_compute(l3.first(k)), l3.subspan(k)) ==
+/// icrc_compute(l3). A sender that starts it from the headers it has at hand and carries it
+/// over the payload's source never reads the frame back (docs/shm.md).
 uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl = CrcImpl::kFast);
-
-/// The same CRC over a packet's first bytes only (`l3_start`: the IP header up to any point
-/// past the BTH), to be continued with crc32() over the rest as it is written:
-/// crc32(icrc_begin(l3.first(k), ...), l3.subspan(k)) == icrc_compute(l3, ...). A sender that
-/// computes it from the headers it has at hand and the payload's source never reads the frame
-/// back (for the shared-memory port, a frame another core read last: docs/shm.md).
-uint32_t icrc_begin(Bytes l3_start, bool ipv6, size_t ip_hdr_len, CrcImpl impl = CrcImpl::kFast);
 
 inline uint32_t load_icrc(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;

@@ -147,11 +147,10 @@ FrameLayout emit_header_bytes(const RoceHeaders& hin, size_t payload_len, MutByt
   const OpcodeInfo& info = opcode_info(hin.bth.opcode);
   if (!info.valid) return lay;
   const size_t len = frame_len(hin, payload_len);
-  const size_t header_bytes = len - payload_len - ((4 - (payload_len & 3)) & 3) - kIcrcLen;
-  if (frame_room < len || out.size() < header_bytes) return lay;
+  const size_t pad = (4 - (payload_len & 3)) & 3;
+  if (frame_room < len || out.size() < len - payload_len - pad - kIcrcLen) return lay;
 
   RoceHeaders h = hin;
-  const size_t pad = (4 - (payload_len & 3)) & 3;
   h.bth.pad_count = static_cast<uint8_t>(pad);
   const size_t udp_len = UdpView::kLen + info.length + payload_len + pad + kIcrcLen;
   // The IPv4 total length / IPv6 payload length (and so the UDP length) are 16 bits.

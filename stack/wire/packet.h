@@ -95,7 +95,7 @@ struct FrameLayout {
   size_t icrc_off = 0;     // the 4 ICRC bytes
   size_t ip_hdr_len = 0;
   bool ipv6 = false;
-  // The ICRC's CRC so far, over the crc_len bytes from l3_off (icrc_begin, then crc32 over
+  // The ICRC's CRC so far, over the crc_len bytes from l3_off (icrc_compute of the headers, then crc32 over
   // what followed); seal_frame() goes on from there. crc_len 0: seal_frame computes it all.
   uint32_t crc = 0;
   size_t crc_len = 0;

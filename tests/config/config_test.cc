@@ -66,6 +66,7 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface v0\n", "t.conf:2: expected 'key = value'"},
       {"[uroce0]\nipv4=1.2.3.4\n", "t.conf: device [uroce0] needs iface = <interface>, devargs = <dpdk devargs> or shm"},
       {"[a]\niface=x\n[a]\n", "t.conf:3: device [a] is defined twice"},
+      {"[uroce0]\nshm=run/ab\n", "t.conf:2: shm 'run/ab' must be an absolute path for a unix socket"},
       {"[bad name]\n", "t.conf:1: device name 'bad name' must be"},
       {"[uroce0]\niface=v0\nvlan=5000\n", "t.conf:3: vlan '5000' must be a VLAN id from 0"},
       {"[uroce0]\niface=v0\nfault=loss=2\n", "t.conf:3: fault loss '2' is a probability from 0 to 1"},
@@ -192,6 +193,13 @@ TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
   Config f;
   EXPECT_FALSE(apply_env(env_of({{"UROCE_IPV4", "10.0.0.1"}}), &f, &err));
   EXPECT_NE(err.find("set UROCE_IFACE"), std::string::npos) << err;
+  // The shared-memory port names no interface: its socket path is enough.
+  Config g;
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_SHM", "/run/uroce-ab"}, {"UROCE_IPV4", "10.0.0.1"}}), &g,
+                        &err))
+      << err;
+  EXPECT_EQ(g.devices[0].shm, "/run/uroce-ab");
+  EXPECT_TRUE(g.devices[0].iface.empty());
 }
 
 TEST(Config, LoadReadsUroceConfigAndRejectsAMissingOne) {

@@ -224,9 +224,9 @@ TEST(ShmPort, AHostilePeerCannotMakeItReachOutsideTheRegion) {
   ASSERT_NE(region, MAP_FAILED);
   // The listener sends on direction 0 and reads direction 1's `sent` ring: the fourth ring
   // after the header page would be 1's `returned`; 1's `sent` is the third.
-  const size_t ring = 4096;  // 128 bytes of indexes + 64 entries, in a page
+  const size_t ring = 4096;  // the head's cache line + 64 entries, in a page
   auto* head = reinterpret_cast<std::atomic<uint32_t>*>(region + 4096 + 2 * ring);
-  auto* entry = reinterpret_cast<uint64_t*>(region + 4096 + 2 * ring + 128);
+  auto* entry = reinterpret_cast<uint64_t*>(region + 4096 + 2 * ring + 64);
   ASSERT_EQ(a->region().size(), static_cast<size_t>(st.st_size));
   const uint8_t* slots_begin = a->region().data() + 4096 + 4 * ring;  // as the port maps it
   const uint8_t* slots_end = a->region().data() + a->region().size();

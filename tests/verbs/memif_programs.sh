@@ -18,11 +18,13 @@ ip netns add "$ns"
 ip -n "$ns" link set lo up
 
 # side ROLE N CMD...: CMD on a uroce device whose port is memif ROLE (server or client),
-# address 10.93.0.N, in the namespace.
+# address 10.93.0.N, in the namespace. $client_opts: more devargs for the client.
+client_opts=
 side() {
-  local role=$1 n=$2; shift 2
+  local role=$1 n=$2 opts=; shift 2
+  [ "$role" = client ] && opts=$client_opts
   ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IPV4=10.93.0.$n UROCE_MTU=4096 \
-    UROCE_DEVARGS="net_memif0,role=$role,id=0,socket=/uroce-memif-$ns,mac=02:00:00:00:93:0$n" \
+    UROCE_DEVARGS="net_memif0,role=$role,id=0,socket=/uroce-memif-$ns,mac=02:00:00:00:93:0$n$opts" \
     timeout 60 "$@"
 }
 
@@ -43,3 +45,7 @@ pair ibv_rc_pingpong "iters in" ibv_rc_pingpong -d uroce0 -g 1 -n 1000 -c
 pair "ib_write_bw 64 KiB" "^ 65536 " ib_write_bw -d uroce0 -x 1 -s 65536 -n 2000
 pair "ib_send_lat 8 B" "^ 8 " ib_send_lat -d uroce0 -x 1 -s 8 -n 2000
 pair "ib_read_bw 4 KiB" "^ 4096 " ib_read_bw -d uroce0 -x 1 -s 4096 -n 2000
+# memif's zero-copy client (it shares the EAL's memory: uroce gives the EAL
+# --single-file-segments for it, without which DPDK refuses the device).
+client_opts=,zero-copy=yes
+pair "ib_write_bw 64 KiB, zero-copy client" "^ 65536 " ib_write_bw -d uroce0 -x 1 -s 65536 -n 2000

@@ -3,6 +3,8 @@
 // thousands of random frames, and exactly which bits the ICRC ignores.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <string_view>
 #include <vector>
 
@@ -161,6 +163,53 @@ TEST(Icrc, FastEqualsReferenceOnRandomFrames) {
     ++frames;
   }
   EXPECT_EQ(frames, 4101u);
+}
+
+// A sender that never reads its frame back (engine build_packet + gather): the headers
+// emitted on their own, the ICRC started over them and carried on over the payload as it is
+// copied, then sealed. The frame must be byte for byte build_frame's, and a running CRC
+// carried on from any split point must end where icrc_compute over the whole ends.
+TEST(Icrc, CarriedOnFromTheHeadersAndThePayloadsSourceIsTheSame) {
+  Rand r(20261127);
+  const std::vector<uint8_t> ops = test::valid_opcodes();
+  std::vector<uint8_t> with_payload;
+  for (uint8_t op : ops)
+    if (opcode_info(op).has_payload) with_payload.push_back(op);
+  std::vector<uint8_t> whole(9000), carried(9000);
+  for (size_t size : {0, 1, 2, 3, 4, 63, 64, 65, 255, 1024, 1027, 4095, 4096}) {
+    for (int round = 0; round < 20; ++round) {
+      const bool ipv6 = r.coin();
+      const uint8_t op = size == 0 ? ops[r.below(ops.size())]
+                                   : with_payload[r.below(with_payload.size())];
+      const RoceHeaders h = test::random_headers(r, op, ipv6, r.coin());
+      const std::vector<uint8_t> payload = r.bytes(size);
+      const size_t n = build_frame(h, payload, whole);
+      ASSERT_EQ(n, frame_len(h, size));
+      const size_t l2 = h.eth.header_len();
+      const Bytes l3(whole.data() + l2, n - l2 - kIcrcLen);
+      const uint32_t icrc = icrc_compute(l3, ipv6, h.ip_header_len());
+      for (size_t k = h.ip_header_len() + 20; k <= l3.size(); k += 1 + r.below(97))
+        ASSERT_EQ(crc32(icrc_compute(l3.first(k), ipv6, h.ip_header_len()), l3.subspan(k)), icrc)
+            << "split at " << k << " of " << l3.size();
+
+      std::array<uint8_t, 256> hdr{};
+      std::fill(carried.begin(), carried.end(), 0xA5);  // what a reused slot would hold
+      FrameLayout lay = emit_header_bytes(h, size, hdr, carried.size());
+      ASSERT_EQ(lay.len, n);
+      std::copy(hdr.begin(), hdr.begin() + static_cast<ptrdiff_t>(lay.payload_off), carried.begin());
+      std::fill(carried.begin() + static_cast<ptrdiff_t>(lay.payload_off + size),
+                carried.begin() + static_cast<ptrdiff_t>(lay.icrc_off), 0);
+      lay.crc_len = lay.payload_off - lay.l3_off;
+      lay.crc = icrc_compute(Bytes(hdr.data() + lay.l3_off, lay.crc_len), ipv6, lay.ip_hdr_len);
+      std::copy(payload.begin(), payload.end(),
+                carried.begin() + static_cast<ptrdiff_t>(lay.payload_off));
+      payload_crc(lay, crc32(lay.crc, payload), size);
+      EXPECT_EQ(lay.crc_len, lay.icrc_off - lay.l3_off) << "the pad is carried too";
+      seal_frame(carried, lay);
+      ASSERT_TRUE(std::equal(whole.begin(), whole.begin() + static_cast<ptrdiff_t>(n), carried.begin()))
+          << "payload " << size << " opcode " << int{op};
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------
