@@ -21,15 +21,10 @@ namespace {
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
-  rt->progress.last_app_poll.store(now, std::memory_order_relaxed);
-  rt->progress.last_cq_poll.store(now, std::memory_order_relaxed);
   // The passes this poll drives (not those after_poll may run) keep ACKs back for the reply
-  // of an application that answers at once (kAckHoldNs); never on a CQ armed for a
-  // completion event, whose program polls it once more before it sleeps in the kernel.
-  const uint64_t hold = !to_cq(cq)->notify_armed.load(std::memory_order_relaxed) &&
-                                rt->progress.reply_score.load(std::memory_order_relaxed) >= kReplyScore
-                            ? kAckHoldNs
-                            : 0;
+  // of an application that answers at once (kAckHoldNs).
+  const uint64_t hold =
+      rt->progress.policy.poll_begins(now, to_cq(cq)->notify_armed.load(std::memory_order_relaxed));
   const auto drive = [rt, hold] {
     t_ack_hold_ns = hold;
     const bool ran = rt->drive(false);
@@ -37,7 +32,7 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
     return ran;
   };
   // Posts batched by a posting loop leave now: the application polls for their completions.
-  if (rt->progress.batched.load(std::memory_order_relaxed) != 0) drive();
+  if (rt->progress.policy.posts_waiting()) drive();
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
   if (got != 0 || n <= 0) return after_poll(rt, got, now, cq);

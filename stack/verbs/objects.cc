@@ -789,8 +789,7 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
   // thread's job now, at once (not after its nap), and the CPU is free for it to stay awake
   // a little after each message (a parked thread takes a wake-up per frame).
   Runtime* rt = runtime_of(channel->context);
-  rt->progress.last_app_poll.store(0, std::memory_order_relaxed);
-  if (rt->progress.napping.exchange(false) || rt->progress.parked.load()) rt->kick();
+  if (rt->progress.policy.app_sleeps() || rt->progress.parked.load()) rt->kick();
   for (;;) {
     CqEvent ev{};
     const ssize_t n = read(channel->fd, &ev, sizeof ev);

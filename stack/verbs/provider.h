@@ -137,9 +137,8 @@ class EngineLock {
  public:
   explicit EngineLock(Runtime* rt) : rt_(rt) {
     rt_->emu.lock();
-    if (rt_->progress.batched.load(std::memory_order_relaxed) != 0) {
+    if (rt_->progress.policy.pass_takes_batch(0, false)) {
       rt_->progress.pending.store(false);
-      rt_->progress.batched.store(0, std::memory_order_relaxed);
       rt_->pass_locked();
     }
     // ACKs kept for a reply (kAckHoldNs) leave before the verb changes anything: a QP

@@ -547,7 +547,7 @@ Runtime* open_runtime(Device* d) {
   }
   rt->stats_name = stats_shm_name(getpid(), dc.name);
   rt->stats = open_stats(rt->stats_name, dc.name);
-  rt->progress.batch = dc.batch;
+  rt->progress.policy.set_batch(dc.batch);
   Runtime* r = rt.release();
   r->progress_thread = std::thread(progress_loop, r, dc.progress_poll, dc.progress_cpu);
   return r;
@@ -667,7 +667,7 @@ size_t Runtime::pass_locked() {
   // ACKs kept for a reply that did not come: this application does not answer at once.
   if (const uint64_t alone = engine->counters()[Counter::acks_held_alone]; alone != acks_alone_seen) {
     acks_alone_seen = alone;
-    progress.reply_score.store(0, std::memory_order_relaxed);
+    progress.policy.ack_waited_in_vain();
   }
   if (cm) work += cm->poll();
   deliver_cq_events(this);

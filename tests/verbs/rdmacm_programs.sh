@@ -245,7 +245,9 @@ wait_listen "$nsB" 7991 "$server" || { cat "$dir/server.log"; exit 1; }
 t0=$SECONDS; rc=0
 in_ns "$nsA" "${tag}va" "$leaver" 10.97.0.2 7991 connect >"$dir/client.log" 2>&1 || rc=$?
 took=$((SECONDS - t0))
-grep -q "RDMA_CM_EVENT_REJECTED, status 28" "$dir/client.log" && [ "$rc" = 3 ] && [ "$took" -lt 5 ] &&
+# "At once": well before the 17 s a REQ takes to time out (a bound for a loaded machine, not a
+# speed target; the status tells the two apart).
+grep -q "RDMA_CM_EVENT_REJECTED, status 28" "$dir/client.log" && [ "$rc" = 3 ] && [ "$took" -lt 15 ] &&
   grep -q "request unread" "$dir/server.log" && clean "$dir/server.log" "$dir/client.log" \
   || { echo "FAIL: a listener destroyed with an unread request: the client (exit $rc after $took s) was not rejected at once"
        cat "$dir/client.log" "$dir/server.log"; exit 1; }
@@ -260,17 +262,17 @@ echo "ok: a listener destroyed with a request unread: the client was rejected (2
 in_ns_bg "$nsB" "${tag}vb" ib_write_bw -d uroce0 -x 1 -s 65536 -D 30 >"$dir/server.log" 2>&1 &
 server=$!
 wait_listen "$nsB" 18515 "$server"
-in_ns_bg "$nsA" "${tag}va" ib_write_bw -d uroce0 -x 1 -s 65536 -D 30 10.97.0.2 >"$dir/client.log" 2>&1 &
+in_ns_bg "$nsA" "${tag}va" stdbuf -oL ib_write_bw -d uroce0 -x 1 -s 65536 -D 30 10.97.0.2 >"$dir/client.log" 2>&1 &
 client=$!
-connected=""
-for _ in $(seq 200); do  # until the pair is connected (perftest's TCP exchange socket; its
-  # printout is buffered until exit, so the log cannot tell)
-  connected=$(ip netns exec "$nsB" ss -Htn state established "sport = :18515" 2>/dev/null)
-  [ -n "$connected" ] && break
+# Kill the server once the data phase runs (the client prints its table header, line-buffered
+# here, when the measurement starts), not after a guessed delay: a loaded machine may still be
+# connecting after seconds.
+for _ in $(seq 300); do
+  grep -q '#bytes' "$dir/client.log" 2>/dev/null && break
+  kill -0 "$client" 2>/dev/null || break
   sleep 0.1
 done
-[ -n "$connected" ] || { echo "FAIL: the ib_write_bw pair never connected"; cat "$dir/client.log"; exit 1; }
-sleep 1  # the data phase: WRITEs in flight
+grep -q '#bytes' "$dir/client.log" || { echo "FAIL: the ib_write_bw pair never started its transfer"; cat "$dir/client.log"; exit 1; }
 victim=$(cat "/proc/$server/task/$server/children" 2>/dev/null || true)
 [ -n "$victim" ] || { echo "FAIL: no ib_write_bw server under $server"; cat "$dir/server.log"; exit 1; }
 kill -KILL $victim; wait "$server" 2>/dev/null || true

@@ -17,7 +17,7 @@ veth_ns "$ns" 10.99.0.1/24 10.99.0.2/24
 second=${ns}b
 [ "$1" = "failed" ] && second=${ns}none
 printf '[uroce0]\niface = %s\n[uroce1]\niface = %s\n' "${ns}a" "$second" >"$dir/uroce.conf"
-[ "$1" = "link" ] && set -- link "${ns}a"  # the interface the program takes down and up
+[ "$1" = "link" ] && set -- link "${ns}a" "${@:2}"  # the interface the program takes down and up
 [ "$1" = "mcast" ] && set -- mcast "${ns}a"  # the interface whose memberships it checks
 reap=0
 if [ "$1" = "reap" ]; then

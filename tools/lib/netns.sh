@@ -3,6 +3,22 @@
 # tests/verbs/runtime.sh, tests/verbs/pyverbs_suite.sh, tests/interop/interop.sh,
 # tests/install/). Source it; it defines functions only.
 
+# wait_up NS IFACE...: until the kernel has marked each IFACE in namespace NS operationally up.
+# A veth's carrier comes on with `ip link set up`, but its operational state (IFF_RUNNING, what
+# a device's port state follows) is set by the kernel's link watch, a work item that may run up
+# to a second later when it ran recently (as it does on a machine making and deleting many
+# namespaces): a program started at once would find its port down. 10 s at most.
+wait_up() {
+  local ns=$1 ifc; shift
+  for ifc in "$@"; do
+    for _ in $(seq 200); do
+      case "$(ip -n "$ns" -o link show dev "$ifc" 2>/dev/null)" in *" state UP "*) continue 2 ;; esac
+      sleep 0.05
+    done
+    echo "$ifc in $ns never came up"; return 1
+  done
+}
+
 # veth_ns NS ADDR_A [ADDR_B]: makes namespace NS holding both ends of a veth pair, NSa (with
 # ADDR_A, e.g. 10.99.0.1/24) and NSb (with ADDR_B if given), all up.
 veth_ns() {
@@ -14,6 +30,7 @@ veth_ns() {
   ip -n "$ns" link set "${ns}b" up
   ip -n "$ns" addr add "$2" dev "${ns}a"
   [ -z "${3:-}" ] || ip -n "$ns" addr add "$3" dev "${ns}b"
+  wait_up "$ns" "${ns}a" "${ns}b"
 }
 
 # ns_pair TAG ADDR4_A ADDR4_B ADDR6_A ADDR6_B: namespaces TAGa and TAGb joined by a veth pair
@@ -31,6 +48,7 @@ ns_pair() {
   ip -n "${tag}a" addr add "$2" dev "${tag}va"; ip -n "${tag}b" addr add "$3" dev "${tag}vb"
   ip -n "${tag}a" addr add "$4" dev "${tag}va" nodad
   ip -n "${tag}b" addr add "$5" dev "${tag}vb" nodad
+  wait_up "${tag}a" "${tag}va" && wait_up "${tag}b" "${tag}vb"
 }
 
 # ns_test TAG ADDR4_A ADDR4_B ADDR6_A ADDR6_B: how a test between two namespaces starts:
@@ -66,7 +84,8 @@ two_hosts() {
     ip link set "$ia" netns "$a" && ip link set "$ib" netns "$b" &&
     ip -n "$a" link set lo up && ip -n "$b" link set lo up &&
     ip -n "$a" link set "$ia" up && ip -n "$b" link set "$ib" up &&
-    ip -n "$a" addr add "$net.1/24" dev "$ia" && ip -n "$b" addr add "$net.2/24" dev "$ib"
+    ip -n "$a" addr add "$net.1/24" dev "$ia" && ip -n "$b" addr add "$net.2/24" dev "$ib" &&
+    wait_up "$a" "$ia" && wait_up "$b" "$ib"
 }
 
 # drop_hosts NS...: kills what still runs in each namespace and deletes it (and so its veth).
