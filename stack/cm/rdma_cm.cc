@@ -299,7 +299,7 @@ int ConnectionManager::init_qp_attr(uint64_t handle, ibv_qp_attr* attr, int* mas
       *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
       if (id->type == IBV_QPT_RC) {
         attr->max_dest_rd_atomic = id->param.responder_resources;
-        attr->min_rnr_timer = 12;  // 0.64 ms
+        attr->min_rnr_timer = 0;  // 655.36 ms, as the kernel's CM gives (cm_init_qp_rtr_attr)
         *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
       }
       return 0;

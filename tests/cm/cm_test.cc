@@ -341,6 +341,22 @@ TEST_F(CmFixture, RetryCountsOverSevenAreTakenAsSevenAsTheKernelCapsThem) {
   EXPECT_EQ(at.rnr_retry, 7);
 }
 
+TEST_F(CmFixture, RtrGivesTheKernelsMinRnrTimerOf655Ms) {
+  // The kernel's CM (cm_init_qp_rtr_attr) gives an RC QP min_rnr_timer 0, the longest code
+  // (655.36 ms): a program whose receive comes a little late (rdma-core's own
+  // test_rdmacm_async_traffic_external_qp posts it after its SEND completes) is waited for,
+  // not failed with RNR retry exceeded after a few 0.64 ms waits on a slow machine.
+  start_cms();
+  connect_all();
+  ibv_qp_attr at{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(a.engine->query_qp(qa, &at, IBV_QP_MIN_RNR_TIMER, &ia), 0);
+  EXPECT_EQ(at.min_rnr_timer, 0);
+  at.min_rnr_timer = 99;
+  ASSERT_EQ(b.engine->query_qp(qb, &at, IBV_QP_MIN_RNR_TIMER, &ia), 0);
+  EXPECT_EQ(at.min_rnr_timer, 0);
+}
+
 TEST_F(CmFixture, AConnectWithTooMuchPrivateDataIsRefusedAndLeavesTheIdAsItWas) {
   // An RC REQ has 92 bytes of private data, 36 of them rdma_cm's IP header: 57 bytes are
   // EINVAL before anything is sent or registered, and the same id then connects.

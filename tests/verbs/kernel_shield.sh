@@ -27,7 +27,9 @@ on() {  # NS IFACE CMD...: CMD on uroce's default (af_packet) port of IFACE in N
   ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="$ifc" timeout 60 "$@"
 }
 ip_in() { ip netns exec "$1" awk '/^Ip: [0-9]/ { print $4 }' /proc/net/snmp; }
-# udp_reaches ADDR: a datagram from A to ADDR:4791 reaches a plain UDP socket in B (within 5 s).
+# udp_reaches ADDR: a datagram from A to ADDR:4791 reaches a plain UDP socket in B. Both uses
+# expect it to arrive: the bounds (30 s) are for a loaded machine, whose Python may take
+# seconds to start, and the sender waits until the receiver is bound.
 udp_reaches() {
   local addr=$1 ready="$dir/ready.$RANDOM"
   ip netns exec "$nsB" python3 -c '
@@ -36,13 +38,14 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
 s.bind((sys.argv[1], 4791))
 open(sys.argv[2], "w").close()
-s.settimeout(5)
+s.settimeout(30)
 try:
     sys.exit(0 if s.recv(64) == b"shield" else 1)
 except socket.timeout:
     sys.exit(1)' "$addr" "$ready" &
   local rx=$!
-  for _ in $(seq 100); do [ -e "$ready" ] && break; sleep 0.05; done
+  for _ in $(seq 600); do [ -e "$ready" ] && break; kill -0 "$rx" 2>/dev/null || break; sleep 0.05; done
+  [ -e "$ready" ] || { echo "the UDP receiver never bound $addr:4791"; kill "$rx" 2>/dev/null; wait "$rx" 2>/dev/null; return 1; }
   ip netns exec "$nsA" python3 -c '
 import socket, sys
 socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"shield", (sys.argv[1], 4791))' "$addr"
