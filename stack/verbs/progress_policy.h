@@ -134,7 +134,7 @@ class ProgressPolicy {
   /// The engine sent ACKs kept for a reply alone: this application does not answer at once.
   void ack_waited_in_vain() { reply_score_.store(0, std::memory_order_relaxed); }
 
-  // ---- Readings (uroce stats, tests) ------------------------------------------------------
+  // ---- Readings (for the unit tests) ------------------------------------------------------
   uint32_t answer_score() const { return answer_score_.load(std::memory_order_relaxed); }
   uint32_t reply_score() const { return reply_score_.load(std::memory_order_relaxed); }
   uint64_t app_gap_ns() const { return app_gap_ns_.load(std::memory_order_relaxed); }
