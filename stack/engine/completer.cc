@@ -93,7 +93,9 @@ void Engine::retry_from(Qp* qp, Psn psn) {
 }
 
 void Engine::note_progress(Qp* qp) {
+  // Forward progress refills both retry counts: each bounds the retries of one message.
   qp->comp.retry_left = qp->retry_cnt;
+  qp->comp.rnr_retry_left = qp->rnr_retry;
   qp->comp.round = Completer::Round::kNone;
 }
 

@@ -113,6 +113,47 @@ TEST(RcRecovery, RnrRetryExhaustedWithoutReceives) {
   EXPECT_GE(p.now - start, 2 * wire::rnr_timer_ns(14));
 }
 
+TEST(RcRecovery, ProgressRefillsTheRnrRetries) {
+  // The RNR retry count bounds the RNR NAKs of one message, not of the connection (IBA
+  // C9-135's counter is reset by forward progress; rxe resets it too): with rnr_retry 1, three
+  // messages that each meet one RNR NAK all complete. (A request-response program whose
+  // reply overtakes the peer's post_recv meets one per message: rdma-core's
+  // test_rdmacm_async_traffic_external_qp failed with RNR retry exceeded that way.)
+  Pair p;
+  QpOptions o;
+  o.rnr_retry = 1;
+  o.min_rnr_timer = 1;
+  auto [qa, qb] = p.rc_pair(o, o);
+  std::vector<uint8_t> src(64, 9), dst(64, 0);
+  auto* smr = p.a.reg(src, kAll);
+  auto* dmr = p.b.reg(dst, kAll);
+  for (int m = 0; m < 3; ++m) {
+    ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 64, smr->key};
+    ibv_send_wr w{};
+    w.wr_id = static_cast<uint64_t>(m);
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+    const uint64_t naks = p.b.engine->counters()[Counter::rnr_naks_sent];
+    ASSERT_TRUE(p.run_until([&] { return p.b.engine->counters()[Counter::rnr_naks_sent] > naks; }));
+    ibv_sge r{reinterpret_cast<uint64_t>(dst.data()), 64, dmr->key};
+    ibv_recv_wr rw{};
+    rw.sg_list = &r;
+    rw.num_sge = 1;
+    ASSERT_EQ(p.b.engine->post_recv(qb, &rw, nullptr), 0);
+    std::vector<ibv_wc> wa, wb;
+    ASSERT_TRUE(p.run_until([&] {
+      for (auto& x : drain(p.a)) wa.push_back(x);
+      for (auto& x : drain(p.b)) wb.push_back(x);
+      return wa.size() == 1 && wb.size() == 1;
+    }));
+    EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS) << "message " << m;
+    EXPECT_EQ(wb[0].status, IBV_WC_SUCCESS) << "message " << m;
+  }
+}
+
 TEST(RcRecovery, InfiniteRnrRetryWaitsUntilAReceiveIsPosted) {
   Pair p;
   QpOptions o;
