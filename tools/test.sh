@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The test command: builds and runs every test, five ways, with warnings as errors
+# The test command: builds and runs every test, six ways, with warnings as errors
 # (UROCE_WERROR=ON; a plain `cmake` build leaves them warnings).
 #   1. plain build (Release: what a package is built as)  -> build/
+#   1b. unprivileged: verbs programs as uid 65534 with no capabilities over the UDP port on
+#      loopback (ctest label "unprivileged"), as a CI job or a container would run them
 #   2. live interop with the kernel's Soft-RoCE: rdma_rxe in a qemu VM (../shared/rxe-vm),
 #      the ctest label "interop", plain build only (skipped without root or qemu)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer     -> build-asan/ (not the fault grid:
@@ -11,7 +13,7 @@
 #   4. libFuzzer over the frame parser (clang), seeded from pcaps/, for
 #      UROCE_FUZZ_SECONDS (default 60)                   -> build-fuzz/
 # Each stage ends with ctest's summary line; the script stops at the first failure.
-# Options: --quick skips the sanitizer and fuzz stages.
+# Options: --quick runs stages 1 and 1b only.
 # The tests that create network namespaces need root: started by another user the script runs
 # itself again through sudo when there is one, and otherwise runs with those tests skipped.
 set -euo pipefail
@@ -51,7 +53,10 @@ run_ctest() {
 stage "plain build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DUROCE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
-run_ctest build --output-on-failure -j"$jobs" -LE interop
+run_ctest build --output-on-failure -j"$jobs" -LE 'interop|unprivileged'
+
+stage "unprivileged: verbs programs as uid 65534, no capabilities, UDP port on loopback"
+run_ctest build --output-on-failure -L unprivileged
 
 [ $quick -eq 1 ] && exit 0
 

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <iterator>
 
-#include "common/spin_guard.h"
 #include "util/sys.h"
 #include "wire/ipv4.h"
 
@@ -257,15 +256,7 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
   mr.mr_type = PACKET_MR_ALLMULTI;
   setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr);
   p->gso_ = cfg.gso;
-  const size_t stride = kHead + p->max_frame_;
-  p->storage_ = std::make_unique<uint8_t[]>(stride * cfg.frames);
-  p->frames_.resize(cfg.frames);
-  p->free_.reserve(cfg.frames);
-  for (uint32_t i = 0; i < cfg.frames; ++i) {
-    Frame& f = p->frames_[cfg.frames - 1 - i];
-    f.cookie = p->storage_.get() + stride * (cfg.frames - 1 - i);
-    p->free_.push_back(&f);
-  }
+  p->pool_.init(cfg.frames, kHead, p->max_frame_);
   p->ready_.reserve(cfg.frames);
   p->overflow_ = std::make_unique<uint8_t[]>(kOverflow);
   p->description_ =
@@ -287,19 +278,7 @@ PacketPort::~PacketPort() {
   if (fd_ >= 0) close(fd_);
 }
 
-Frame* PacketPort::alloc_frame() {
-  Frame* f = nullptr;
-  {
-    SpinGuard g(free_lock_);
-    if (free_.empty()) return nullptr;
-    f = free_.back();
-    free_.pop_back();
-  }
-  f->data = static_cast<uint8_t*>(f->cookie) + kHead;
-  f->cap = max_frame_;
-  f->len = 0;
-  return f;
-}
+Frame* PacketPort::alloc_frame() { return pool_.alloc(); }
 
 void PacketPort::free_frame(Frame* f) {
   if (f >= ring_frames_.data() && f < ring_frames_.data() + ring_frames_.size()) {
@@ -308,8 +287,7 @@ void PacketPort::free_frame(Frame* f) {
     __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
     return;
   }
-  SpinGuard g(free_lock_);
-  free_.push_back(f);
+  pool_.free(f);
 }
 
 uint16_t PacketPort::take_ready(std::span<Frame*> out, uint16_t n) {

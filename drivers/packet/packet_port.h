@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "common/shared_pool.h"
 #include "uroce/port.h"
 
 namespace uroce::drivers {
@@ -87,10 +88,7 @@ class PacketPort final : public Port {
   void receive_queued();
   static uint32_t put_tag_back(Frame* f, uint32_t status, uint16_t tpid, uint16_t tci);
 
-  std::vector<Frame> frames_;
-  std::unique_ptr<uint8_t[]> storage_;
-  std::vector<Frame*> free_;
-  std::atomic_flag free_lock_ = ATOMIC_FLAG_INIT;
+  SharedPool pool_;
   std::vector<Frame*> ready_;     // cut packets waiting for the next rx_burst (FIFO)
   size_t ready_head_ = 0;
   std::unique_ptr<uint8_t[]> overflow_;  // a queued super-frame's bytes past its first packet

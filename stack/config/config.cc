@@ -73,9 +73,12 @@ std::string set_key(DeviceConfig* dev, const std::string& key, const std::string
       dev->port = DeviceConfig::PortKind::kXdp;
     } else if (value == "dpdk") {
       dev->port = DeviceConfig::PortKind::kDpdk;
+    } else if (value == "udp") {
+      dev->port = DeviceConfig::PortKind::kUdp;
     } else {
-      return "port '" + value + "' must be af_packet (works everywhere), af_xdp (needs the "
-             "interface's XDP hook) or dpdk (DPDK's net_af_packet)";
+      return "port '" + value + "' must be af_packet (works everywhere), udp (a UDP socket: "
+             "no privileges), af_xdp (needs the interface's XDP hook) or dpdk (DPDK's "
+             "net_af_packet)";
     }
   } else if (key == "gso") {
     if (value != "yes" && value != "no") return "gso '" + value + "' must be yes or no";
@@ -148,6 +151,22 @@ std::string for_each_item(const std::string& list, Item&& item) {
     std::string e = item(k, v, text);
     if (!e.empty()) return e;
   }
+  return "";
+}
+
+/// port = udp needs no interface: the address it binds is enough.
+bool udp_by_address(const DeviceConfig& d) {
+  return d.port == DeviceConfig::PortKind::kUdp && (d.ipv4 || d.ipv6);
+}
+
+/// What port = udp cannot be combined with ("" if nothing).
+std::string check_udp(const DeviceConfig& d) {
+  if (d.port != DeviceConfig::PortKind::kUdp) return "";
+  if (!d.devargs.empty() || !d.shm.empty())
+    return "has port = udp, which takes iface or ipv4/ipv6 (no devargs, no shm)";
+  if (d.vlan != 0)
+    return "has port = udp with vlan: the kernel tags (or not) what a UDP socket sends; use a "
+           "VLAN interface's address instead";
   return "";
 }
 
@@ -308,12 +327,17 @@ bool parse(const std::string& text, const std::string& source, Config* out, std:
     }
   }
   for (const auto& d : out->devices) {
-    if (d.iface.empty() && d.devargs.empty() && d.shm.empty()) {
+    if (d.iface.empty() && d.devargs.empty() && d.shm.empty() && !udp_by_address(d)) {
       *error = source + ": device [" + d.name +
                "] needs iface = <interface>, devargs = <dpdk devargs> or shm = <socket path>";
       return false;
     }
-    if (d.port != DeviceConfig::PortKind::kPacket && (d.iface.empty() || !d.devargs.empty())) {
+    if (const std::string e = check_udp(d); !e.empty()) {
+      *error = source + ": device [" + d.name + "] " + e;
+      return false;
+    }
+    if ((d.port == DeviceConfig::PortKind::kXdp || d.port == DeviceConfig::PortKind::kDpdk) &&
+        (d.iface.empty() || !d.devargs.empty())) {
       *error = source + ": device [" + d.name + "] has port = " +
                (d.port == DeviceConfig::PortKind::kXdp ? "af_xdp" : "dpdk") +
                ", which takes iface = <interface> and no devargs";
@@ -351,10 +375,18 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
     }
   }
   if (!cfg->devices.empty() && cfg->devices.front().iface.empty() &&
-      cfg->devices.front().devargs.empty() && cfg->devices.front().shm.empty()) {
+      cfg->devices.front().devargs.empty() && cfg->devices.front().shm.empty() &&
+      !udp_by_address(cfg->devices.front())) {
     *error = "device " + cfg->devices.front().name +
-             " has no interface: set UROCE_IFACE=<interface> (or UROCE_DEVARGS, UROCE_SHM)";
+             " has no interface: set UROCE_IFACE=<interface> (or UROCE_DEVARGS, UROCE_SHM; "
+             "or UROCE_PORT=udp with UROCE_IPV4)";
     return false;
+  }
+  if (!cfg->devices.empty()) {
+    if (const std::string e = check_udp(cfg->devices.front()); !e.empty()) {
+      *error = "device " + cfg->devices.front().name + " " + e;
+      return false;
+    }
   }
   return true;
 }

@@ -8,7 +8,9 @@
 //   devargs = net_tap0,iface=t0   # or: any DPDK device (instead of iface)
 //   port    = af_xdp              # how iface is opened: af_packet (the default, uroce's own
 //                                 # packet socket with UDP GSO), af_xdp (uroce's AF_XDP port
-//                                 # and XDP program) or dpdk (DPDK's net_af_packet)
+//                                 # and XDP program), dpdk (DPDK's net_af_packet) or udp
+//                                 # (UDP sockets on ipv4/ipv6:4791: no privileges, any
+//                                 # interface, loopback too; iface may then be left out)
 //   gso     = no                  # af_packet: one packet per write (default yes: runs of
 //                                 # packets as UDP GSO super-frames)
 //   ipv4    = 10.0.0.1            # default: the interface's first IPv4 address
@@ -91,7 +93,7 @@ struct DeviceConfig {
   FaultSpec fault;
   bool exclusive = false;
   // How iface is opened (devargs always go to DPDK).
-  enum class PortKind { kPacket, kXdp, kDpdk };
+  enum class PortKind { kPacket, kXdp, kDpdk, kUdp };
   PortKind port = PortKind::kPacket;
   bool gso = true;  // kPacket: UDP GSO super-frames
   // The progress thread: `park` (default) sleeps in the kernel until traffic, a deadline or

@@ -87,7 +87,8 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
       h.ip4.dst = in.ip4.src;
       h.ip4.ttl = 64;
     }
-    h.udp.src_port = in.udp.src_port;  // the sender's flow: ECMP takes the CNP its way back
+    // The sender's flow: ECMP takes the CNP its way back (a UDP socket has one port).
+    h.udp.src_port = cfg_.udp_src_port != 0 ? cfg_.udp_src_port : in.udp.src_port;
   } else {
     h = headers_for(qp->path, qp->qpn, qp->dest_qpn);
   }

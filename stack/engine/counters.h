@@ -16,6 +16,8 @@ namespace uroce {
   X(rx_roce, "RoCEv2 packets accepted by validation")                                   \
   X(rx_not_roce, "frames that were not RoCEv2 (ARP, other UDP, other protocols)")       \
   X(rx_drop_malformed, "RoCEv2 frames dropped by the parser (see rx_parse_* counters)") \
+  X(rx_icrc_ident_solved,                                                               \
+    "ICRCs checked with the IPv4 identification solved for (a UDP socket hides it)")     \
   X(rx_drop_wrong_dst, "frames not addressed to this device's MAC or IP")               \
   X(rx_drop_unknown_qpn, "destination QP does not exist")                               \
   X(rx_drop_gsi, "packets for QP1 while no connection manager runs (no librdmacm)")     \

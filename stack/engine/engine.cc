@@ -212,7 +212,8 @@ RoceHeaders Engine::headers_for(const Path& p, uint32_t qpn, uint32_t dest_qpn) 
   }
   // Flow entropy: a per-QP UDP source port in 0xC000..0xFFFF (so ECMP keeps the QP in order).
   const uint32_t hash = (qpn * 0x9E3779B1u) ^ (dest_qpn * 0x85EBCA6Bu);
-  h.udp.src_port = static_cast<uint16_t>(0xC000 | ((hash >> 16) & 0x3FFF));
+  h.udp.src_port = cfg_.udp_src_port != 0 ? cfg_.udp_src_port
+                                           : static_cast<uint16_t>(0xC000 | ((hash >> 16) & 0x3FFF));
   h.bth.pkey = 0xFFFF;
   h.bth.dest_qp = dest_qpn;
   return h;
@@ -348,7 +349,9 @@ uint64_t Engine::next_deadline() const {
 void Engine::receive(Frame* f) {
   counters_.inc(Counter::rx_frames);
   ParsedPacket p;
-  const ParseError e = parse_frame(f->bytes(), p);
+  ParseError e = parse_frame(f->bytes(), p);
+  if (e == ParseError::kBadIcrc && cfg_.ipv4_ident_zero && !p.hdr.ipv6 && solve_ident(&p))
+    e = ParseError::kOk;
   Qp* qp = nullptr;
   if (e != ParseError::kOk) {
     if ((e == ParseError::kNotIp && handle_arp(f->bytes())) ||
@@ -376,6 +379,22 @@ void Engine::receive(Frame* f) {
     }
   }
   port_.free_frame(f);
+}
+
+bool Engine::solve_ident(ParsedPacket* p) {
+  // Through a UDP socket the port cannot show the identification and DF flag a packet came
+  // with; it gives 0 (a uroce peer's) and DF. A peer that sends others (the kernel's rxe
+  // hashes them): the ICRC is linear, so the 17 bits that make it agree are solved for.
+  wire::Ipv4Ident id;
+  if (p->hdr.ip4.total_len < wire::kIcrcLen ||
+      !wire::icrc_solve_ipv4_ident(p->icrc_calc, p->icrc_wire, p->hdr.ip4.total_len - wire::kIcrcLen,
+                                   {p->hdr.ip4.ident, p->hdr.ip4.dont_frag}, &id))
+    return false;
+  p->hdr.ip4.ident = id.ident;
+  p->hdr.ip4.dont_frag = id.dont_frag;
+  p->icrc_calc = p->icrc_wire;
+  counters_.inc(Counter::rx_icrc_ident_solved);
+  return true;
 }
 
 bool Engine::pkey_matches(uint16_t pkey) {
@@ -593,7 +612,7 @@ Frame* Engine::tx_alloc() {
 Frame* Engine::build_packet(RoceHeaders& h, size_t payload_len, FrameLayout* lay) {
   Frame* f = tx_alloc();
   if (f == nullptr) return nullptr;
-  if (!h.ipv6) h.ip4.ident = ip_id_++;
+  if (!h.ipv6) h.ip4.ident = cfg_.ipv4_ident_zero ? 0 : ip_id_++;
   // The headers are written here, copied into the frame, and the ICRC starts from this copy:
   // nothing of the frame is read back (with the shared-memory port, its lines were last the
   // peer core's, and a read waits for each: docs/shm.md). The payload's CRC is taken from

@@ -94,6 +94,12 @@ struct EngineConfig {
   // are handed out in rotation; at least max_qp.
   uint32_t qpn_span = 0x10000;
   CongestionConfig cc;
+  // A port through a UDP socket (drivers/udp/udp_port.h): the kernel writes the IP and UDP
+  // headers, so packets are built with the ones it will write (the ICRC covers them), and
+  // arrive without the IPv4 identification and DF flag.
+  uint16_t udp_src_port = 0;     // the socket's port for every packet; 0: one per QP (entropy)
+  bool ipv4_ident_zero = false;  // identification 0 (the kernel's for an unconnected socket's
+                                 // DF packets); on receive the ICRC solves for both fields
 };
 
 /// A management datagram that arrived on QP1 (the connection manager's MADs), with the
@@ -324,6 +330,9 @@ class Engine {
   void answer_doorbells();
   void receive(Frame* f);
   bool validate(const wire::ParsedPacket& p, Qp** out);
+  /// A packet with a bad ICRC through a port that hides the IPv4 identification: true (and
+  /// *p fixed) if an identification and DF flag make the ICRC agree (EngineConfig).
+  bool solve_ident(wire::ParsedPacket* p);
   void gsi_receive(const wire::ParsedPacket& p);
   void fire_timer(Timer& t);
   void schedule(Qp* qp);

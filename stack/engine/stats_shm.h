@@ -41,8 +41,8 @@ inline constexpr CmCounterInfo kPortCounterInfo[] = {
     {"port_rx_oversize", "frames longer than the port takes (AF_XDP: two chunks; af_packet: a super-frame it could not cut), dropped"},
     {"xdp_to_uroce", "AF_XDP: frames uroce's XDP program handed the socket (RoCE for us)"},
     {"xdp_to_kernel", "AF_XDP: frames it left to the kernel (everything else on the interface)"},
-    {"port_rx_super", "af_packet: UDP GSO super-frames received from a uroce peer, cut into packets"},
-    {"port_tx_super", "af_packet: UDP GSO super-frames sent (runs of packets in one write)"},
+    {"port_rx_super", "af_packet: UDP GSO super-frames received from a uroce peer, cut into packets; udp: GRO datagrams so cut"},
+    {"port_tx_super", "af_packet: UDP GSO super-frames sent (runs of packets in one write); udp: GSO sends"},
     {"shield_kept", "af_packet: RoCE frames uroce's tc program kept from the kernel's IP layer (uroce read them from its socket)"},
 };
 inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);

@@ -31,6 +31,7 @@
 #include "fault/fault_injector.h"
 #include "packet/packet_port.h"
 #include "shm/shm_port.h"
+#include "udp/udp_port.h"
 #include "trace/pcap_trace.h"
 #include "xdp/kernel_shield.h"
 #include "xdp/xdp_port.h"
@@ -410,6 +411,23 @@ Runtime* open_runtime(Device* d) {
       };
     }
     rt->port = std::move(sp);
+  } else if (dc.port == Kind::kUdp) {
+    drivers::UdpConfig uc;
+    uc.ipv4 = dc.ipv4;
+    uc.ipv6 = dc.ipv6;
+    uc.gso = dc.gso;
+    auto up = drivers::UdpPort::open(uc, &err);
+    if (up) {
+      description = up->describe();
+      rt->port_counters = [p = up.get()](uint64_t* v) {
+        const drivers::UdpPort::Stats s = p->stats();
+        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize, 0, 0,
+                                s.rx_gro,    s.tx_gso,    0};
+        static_assert(std::size(all) == kPortCounters);
+        std::copy(std::begin(all), std::end(all), v);
+      };
+    }
+    rt->port = std::move(up);
   } else if (dc.port == Kind::kXdp && dc.devargs.empty()) {
     drivers::XdpConfig xc;
     xc.iface = dc.iface;
@@ -530,6 +548,10 @@ Runtime* open_runtime(Device* d) {
   ec.cc.dcqcn = dc.dcqcn;
   ec.cc.dcqcn.line_rate_mbps = dc.line_rate_mbps != 0 ? dc.line_rate_mbps : link_speed_mbps(dc);
   ec.cc.pace_at_line_rate = dc.line_rate_mbps != 0;  // a rate given by hand is a real limit
+  if (dc.port == Kind::kUdp) {  // the kernel writes the IP and UDP headers (udp_port.h)
+    ec.udp_src_port = wire::kRoceV2Port;
+    ec.ipv4_ident_zero = true;
+  }
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->engine->set_verbs_tracer(rt->verbs_trace.get());
   rt->engine->on_group_change(
@@ -538,8 +560,10 @@ Runtime* open_runtime(Device* d) {
                                // thread's first pass (an ARP) is stamped with the right time
   rt->engine_port = port;
   rt->progress.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  rt->quiet_fd = silence_kernel(dc, false);
-  rt->quiet6_fd = silence_kernel(dc, true);
+  if (dc.port != Kind::kUdp) {  // the udp port's own sockets are the listeners on 4791
+    rt->quiet_fd = silence_kernel(dc, false);
+    rt->quiet6_fd = silence_kernel(dc, true);
+  }
   if (!dc.iface.empty() && dc.iface.size() < IFNAMSIZ) {  // net_tap by devargs: not watched
     rt->link_fd = util::kernel_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     rt->link_iface = dc.iface;

@@ -38,6 +38,32 @@ uint32_t crc32(uint32_t crc, Bytes data, CrcImpl impl = CrcImpl::kFast);
 /// over the payload's source never reads the frame back (docs/shm.md).
 uint32_t icrc_compute(Bytes l3, bool ipv6, size_t ip_hdr_len, CrcImpl impl = CrcImpl::kFast);
 
+/// The ICRC is linear in the bits it covers: two packets of one length that differ only in
+/// some bytes have ICRCs that differ by the CRC of the difference alone (no initial value, no
+/// final inversion), carried over the bytes that follow it. A field the kernel writes after
+/// the ICRC was sealed (the IPv4 identification, through a UDP socket) can so be changed
+/// without reading the payload again, and one that a socket does not show can be solved for.
+///
+/// How the ICRC changes when `diff` is XORed into a packet's ICRC-covered bytes with `after`
+/// of them following it. `shift` is icrc_shift(after) (computed once for many packets of one
+/// length).
+uint32_t icrc_delta(Bytes diff, uint32_t shift);
+/// x^(8 * after) modulo the CRC-32 polynomial, the multiplier of icrc_delta(..., after).
+uint32_t icrc_shift(size_t after);
+
+/// A packet's IPv4 identification and DF flag, as solved for by icrc_solve_ipv4_ident.
+struct Ipv4Ident {
+  uint16_t ident = 0;
+  bool dont_frag = false;
+};
+/// For an IPv4 RoCEv2 packet whose ICRC was computed (`calc`) over headers that may carry the
+/// wrong identification and DF flag (a UDP socket shows neither): the change to those 17 bits
+/// that turns `calc` into `wire`, if there is one. `l3_len` is the ICRC's coverage from the
+/// IP header (IP datagram length - 4); `assumed` what `calc` was computed with. 15 of the
+/// ICRC's 32 bits still check the packet (a wrong ICRC passes with probability 2^-15).
+bool icrc_solve_ipv4_ident(uint32_t calc, uint32_t wire, size_t l3_len, Ipv4Ident assumed,
+                           Ipv4Ident* out);
+
 inline uint32_t load_icrc(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }

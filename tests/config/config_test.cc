@@ -76,6 +76,9 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface=v0\nexclusive=1\n", "t.conf:3: exclusive '1' must be yes or no"},
       {"[uroce0]\niface=v0\nport=xdp\n", "t.conf:3: port 'xdp' must be af_packet"},
       {"[uroce0]\ndevargs=net_tap0\nport=af_xdp\n", "t.conf: device [uroce0] has port = af_xdp, which takes iface"},
+      {"[uroce0]\nport=udp\n", "t.conf: device [uroce0] needs iface = <interface>"},
+      {"[uroce0]\nipv4=127.0.0.2\nport=udp\nvlan=5\n", "t.conf: device [uroce0] has port = udp with vlan"},
+      {"[uroce0]\nshm=/run/x\nport=udp\n", "t.conf: device [uroce0] has port = udp, which takes iface or ipv4"},
       {"[uroce0]\niface=v0\nprogress=spin\n", "t.conf:3: progress 'spin' must be park"},
       {"[uroce0]\niface=v0\nbatch=maybe\n", "t.conf:3: batch 'maybe' must be yes or no"},
       {"[uroce0]\niface=v0\nprogress_cpu=x\n", "t.conf:3: progress_cpu 'x' must be a CPU"},
@@ -200,6 +203,15 @@ TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
       << err;
   EXPECT_EQ(g.devices[0].shm, "/run/uroce-ab");
   EXPECT_TRUE(g.devices[0].iface.empty());
+  // Nor does the UDP port: the address it binds is enough (no interface, no privileges).
+  Config h;
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_PORT", "udp"}, {"UROCE_IPV4", "127.0.0.2"}}), &h, &err))
+      << err;
+  EXPECT_EQ(h.devices[0].port, DeviceConfig::PortKind::kUdp);
+  EXPECT_TRUE(h.devices[0].iface.empty());
+  Config i;
+  EXPECT_FALSE(apply_env(env_of({{"UROCE_PORT", "udp"}}), &i, &err));
+  EXPECT_NE(err.find("UROCE_PORT=udp with UROCE_IPV4"), std::string::npos) << err;
 }
 
 TEST(Config, LoadReadsUroceConfigAndRejectsAMissingOne) {

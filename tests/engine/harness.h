@@ -21,8 +21,7 @@ inline const wire::Ipv4Addr kIpB = {10, 0, 0, 2};
 
 /// One side: an engine with a PD, a CQ and helpers to register memory.
 struct Side {
-  Side(Port& port, const wire::Ipv4Addr& ip, uint64_t seed) {
-    EngineConfig cfg;
+  Side(Port& port, const wire::Ipv4Addr& ip, uint64_t seed, EngineConfig cfg = {}) {
     cfg.ipv4 = ip;
     cfg.seed = seed;
     cfg.key_seed = seed * 0x9E3779B97F4A7C15ull + 1;  // keys repeat from run to run

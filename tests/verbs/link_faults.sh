@@ -10,10 +10,12 @@
 #   - the MTU lowered from 9000 to 1500 while QPs run with path MTU 1024: nothing changes;
 #   - the MTU lowered to 1500 under QPs with path MTU 4096: their packets no longer fit, so
 #     they are lost as on a wire, and the client fails with status 12 as above, not a hang.
-# The transfers that must finish run 5000 rounds: both programs busy-poll, and in the
-# sanitizer stage, beside other tests' busy-polling programs on 2 cores, a round can take
-# 10 ms (a CI run's 20000 rounds outlasted `timeout 120`). A pair still running 90 s after
-# the fault is shown (uroce stats: counters and each QP's PSNs, timer and waits) and ended.
+# The transfers that must finish run 2000 rounds, enough to span the fault on a fast machine
+# (it comes within ~50 ms of round 100). How long they then take is no test's business: in
+# the sanitizer stage, beside a CPU hog and other tests' busy-polling programs on 2 cores, a
+# round took 20 ms (issue 40: 5000 rounds were not done 90 s after the fault, though every
+# 50 rounds still came). A pair fails when it stops moving: no new round for 60 s after the
+# fault ended is shown (uroce stats: counters and each QP's PSNs, timer and waits) and ended.
 # Usage: link_faults.sh LIBDIR RDMA_VERIFY UROCE. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1 verify=$2 uroce=$3
@@ -30,11 +32,11 @@ set_mtu() { ip -n "$nsA" link set "${tag}va" mtu "$1"; ip -n "$nsB" link set "${
 start_pair() {
   local rounds=$1; shift
   ip netns exec "$nsB" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}vb" \
-    timeout 150 "$verify" -d uroce0 -g 1 -n "$rounds" "$@" >"$dir/server.log" 2>&1 &
+    timeout 600 "$verify" -d uroce0 -g 1 -n "$rounds" "$@" >"$dir/server.log" 2>&1 &
   server=$!
   wait_listen "$nsB" 18600 "$server"
   ip netns exec "$nsA" env LD_LIBRARY_PATH="$lib" UROCE_IFACE="${tag}va" \
-    timeout 150 stdbuf -oL "$verify" -d uroce0 -g 1 -n "$rounds" -P 50 "$@" 10.98.0.2 >"$dir/client.log" 2>&1 &
+    timeout 600 stdbuf -oL "$verify" -d uroce0 -g 1 -n "$rounds" -P 50 "$@" 10.98.0.2 >"$dir/client.log" 2>&1 &
   client=$!
 }
 # wait_round K: until the client has printed round K (the transfer runs), or has ended.
@@ -67,11 +69,13 @@ show_state() {
 must_verify() {  # NAME: both ends exit 0, the server having checked every round
   # Whichever side ends first is waited for first: a server that failed leaves the client
   # waiting for an answer that never comes, and the server's log then says why.
-  local rc=0 t0 who=client
-  t0=$(ms)
+  local rc=0 t0 who=client moved last="" now_at
+  t0=$(ms) moved=$t0
   while kill -0 "$client" 2>/dev/null && kill -0 "$server" 2>/dev/null; do
-    if [ $(( $(ms) - t0 )) -gt 90000 ]; then  # before `timeout 150` ends them: look first
-      echo "FAIL: $1: both sides still run 90 s after the fault ended"
+    now_at=$(tail -1 "$dir/client.log" 2>/dev/null)
+    [ "$now_at" = "$last" ] || { last=$now_at; moved=$(ms); }
+    if [ $(( $(ms) - moved )) -gt 60000 ]; then  # a stall, not slowness: look before `timeout`
+      echo "FAIL: $1: no round for 60 s ($(( $(ms) - t0 )) ms after the fault ended; last: $last)"
       show_state client "$nsA"; show_state server "$nsB"; show_logs; exit 1
     fi
     sleep 0.1
@@ -124,7 +128,7 @@ must_fail_in() {
 }
 
 # 1. Down for 2 s mid-transfer, a retry budget of 8.6 s: nothing is lost.
-start_pair 5000 -s 20000 -m 1024 -t 18
+start_pair 2000 -s 20000 -m 1024 -t 18
 wait_round 100
 # uroce stats shows the running QP: its type, state and transport fields. The counters file
 # is refreshed every 100 ms, and 100 rounds can take less: a look may find the QP as it was
@@ -155,7 +159,7 @@ ip -n "$nsA" link set "${tag}va" up
 
 # 3. The MTU shrinks under QPs that fit: nothing changes.
 set_mtu 9000
-start_pair 5000 -s 20000 -m 1024 -t 18
+start_pair 2000 -s 20000 -m 1024 -t 18
 wait_round 100
 set_mtu 1500
 alive "the MTU changed"

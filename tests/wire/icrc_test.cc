@@ -332,5 +332,106 @@ TEST(Icrc, RoutedFrameStillParses) {
   EXPECT_EQ(p.hdr.ip4.ecn, 3);
 }
 
+// ---------------------------------------------------------------------------------------
+// The ICRC's linearity: a change patched in without reading the packet again, and the IPv4
+// identification a UDP socket does not show, solved for.
+
+/// A random IPv4 RoCEv2 frame without options (as the kernel sends them) of `payload` bytes.
+std::vector<uint8_t> random_v4_frame(Rand& r, size_t payload, RoceHeaders* out) {
+  RoceHeaders h = test::random_headers(r, 0x0A /* RC WRITE_ONLY */, false, false);
+  h.ip4.options_len = 0;
+  std::vector<uint8_t> buf(9000);
+  buf.resize(build_frame(h, r.bytes(payload), buf));
+  *out = h;
+  return buf;
+}
+
+TEST(IcrcLinear, APatchedFieldGivesTheIcrcOfTheWholePacketRecomputed) {
+  Rand r(7);
+  for (int i = 0; i < 300; ++i) {
+    RoceHeaders h;
+    std::vector<uint8_t> f = random_v4_frame(r, r.below(4200), &h);
+    const Bytes l3(f.data() + 14, f.size() - 14 - kIcrcLen);
+    const uint32_t before = icrc_compute(l3, false, 20);
+    // Anywhere the ICRC covers and does not mask: the identification, DF, the UDP source
+    // port, a BTH or payload byte; one to four bytes of difference.
+    const size_t covered[] = {4, 5, 6, 9, 12, 20, 21, 28, 31, 34, l3.size() - 1};
+    const size_t off = covered[r.below(std::size(covered))];
+    const size_t len = std::min<size_t>(1 + r.below(4), l3.size() - off);
+    std::vector<uint8_t> diff = r.bytes(len);
+    for (size_t k = 0; k < len; ++k) {
+      if (off + k == 8 || off + k == 10 || off + k == 11 || off + k == 1 || off + k == 26 ||
+          off + k == 27 || off + k == 32)
+        diff[k] = 0;  // masked bytes (TTL, checksums, TOS, BTH byte 4) stay as they are
+      f[14 + off + k] ^= diff[k];
+    }
+    const uint32_t patched = before ^ icrc_delta(diff, icrc_shift(l3.size() - off - len));
+    ASSERT_EQ(patched, icrc_compute(l3, false, 20, CrcImpl::kReference))
+        << "frame " << i << ": " << len << " bytes at l3 offset " << off;
+  }
+}
+
+TEST(IcrcLinear, ShiftByZeroIsOneAndShiftsCompose) {
+  EXPECT_EQ(icrc_shift(0), 1u << 31);  // x^0, reflected
+  const uint8_t d[3] = {0x12, 0x34, 0x56};
+  // The difference carried over 1000 zero bytes, then 24 more == over 1024 at once.
+  const uint32_t a = icrc_delta(Bytes(d, 3), icrc_shift(1000));
+  std::vector<uint8_t> both(d, d + 3);
+  both.insert(both.end(), 1000 + 24, 0);
+  EXPECT_EQ(icrc_delta(both, icrc_shift(0)), icrc_delta(Bytes(d, 3), icrc_shift(1024)));
+  EXPECT_NE(a, icrc_delta(Bytes(d, 3), icrc_shift(1024)));
+}
+
+TEST(IcrcLinear, TheIdentificationAndDfASocketHidesAreSolvedFor) {
+  Rand r(11);
+  for (int i = 0; i < 500; ++i) {
+    RoceHeaders h;
+    std::vector<uint8_t> f = random_v4_frame(r, r.below(4200), &h);
+    const Bytes l3(f.data() + 14, f.size() - 14 - kIcrcLen);
+    const uint32_t wire = load_icrc(&f[f.size() - kIcrcLen]);
+    // What a receiver that sees no identification computes: its guess (0, DF) in the header.
+    std::vector<uint8_t> g = f;
+    g[14 + 4] = g[14 + 5] = 0;
+    g[14 + 6] = 0x40;
+    const uint32_t calc = icrc_compute(Bytes(g.data() + 14, l3.size()), false, 20);
+    Ipv4Ident got;
+    ASSERT_TRUE(icrc_solve_ipv4_ident(calc, wire, l3.size(), {0, true}, &got)) << "frame " << i;
+    EXPECT_EQ(got.ident, h.ip4.ident) << "frame " << i;
+    EXPECT_EQ(got.dont_frag, h.ip4.dont_frag) << "frame " << i;
+  }
+}
+
+TEST(IcrcLinear, TheKernelsRandomIdentificationIsFoundInARealCapture) {
+  std::vector<uint8_t> f = hex(test::kCapturedWriteOnly);  // rxe: identification 0xe67e, DF
+  const size_t l3_len = f.size() - 14 - kIcrcLen;
+  f[14 + 4] = f[14 + 5] = 0;
+  const uint32_t calc = icrc_compute(Bytes(f.data() + 14, l3_len), false, 20);
+  Ipv4Ident got;
+  ASSERT_TRUE(icrc_solve_ipv4_ident(calc, test::kCapturedWriteOnlyIcrc, l3_len, {0, true}, &got));
+  EXPECT_EQ(got.ident, 0xe67e);
+  EXPECT_TRUE(got.dont_frag);
+}
+
+TEST(IcrcLinear, DamageElsewhereIsNotExplainedByTheIdentification) {
+  // 15 bits still check: of 3000 packets damaged in their payload (1 to 4 random bytes), the
+  // solver may wrongly explain about 0.1 in expectation. Seeded: the count is what it is.
+  Rand r(12);
+  int explained = 0;
+  for (int i = 0; i < 3000; ++i) {
+    RoceHeaders h;
+    std::vector<uint8_t> f = random_v4_frame(r, 64 + r.below(2000), &h);
+    const size_t l3_len = f.size() - 14 - kIcrcLen;
+    const uint32_t wire = load_icrc(&f[f.size() - kIcrcLen]);
+    const size_t n = 1 + r.below(4);
+    for (size_t k = 0; k < n; ++k) f[14 + 40 + r.below(l3_len - 40)] ^= static_cast<uint8_t>(1 + r.below(255));
+    f[14 + 4] = f[14 + 5] = 0;
+    f[14 + 6] = 0x40;
+    const uint32_t calc = icrc_compute(Bytes(f.data() + 14, l3_len), false, 20);
+    Ipv4Ident got;
+    if (calc != wire && icrc_solve_ipv4_ident(calc, wire, l3_len, {0, true}, &got)) ++explained;
+  }
+  EXPECT_LE(explained, 1);
+}
+
 }  // namespace
 }  // namespace uroce::wire

@@ -16,7 +16,9 @@
 # CPU of each side (share of one core, /usr/bin/time %P) and for bandwidth the CPU seconds
 # of both sides per GB moved; saves docs/bench/side_by_side.csv
 # and .png.
-# Medians of RUNS runs (default 3). Needs root; run with nothing else busy.
+# uroce's UDP-socket port (port = udp) on the veth and, beside the kernel's figures on
+# loopback, on lo. Medians of RUNS runs (default 3). ONLY=GROUP runs that group's rows (and the
+# kernel's) into docs/bench/side_by_side_GROUP.csv. Needs root; run with nothing else busy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-3}
@@ -50,14 +52,17 @@ cpu_of() { local v; v=$(tail -n 1 "$1" 2>/dev/null | tr -d '%'); [[ $v =~ ^[0-9]
 
 # Each run prints "value server_cpu% client_cpu%".
 # perftest over uroce: COLUMN of the result line (4: MB/s average, 5: Mpps / usec typical).
+# Server in B and client in A over the veth, unless a runner (lo, udplo) set srv_ns, cli_ns,
+# dst and the devices' options srv_dev / cli_dev (dynamic scope).
+srv_dev=(--iface ubn0) cli_dev=(--iface ubn0)
 perftest() {
   local col=$1; shift
-  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run --iface ubn0 -- "$@" \
+  ip netns exec "${srv_ns:-$b}" /usr/bin/time -f "%P" -o "$tmp/s.cpu" "$uroce" run "${srv_dev[@]}" -- "$@" \
     >"$tmp/s.out" 2>&1 &
   local server=$!
-  wait_listen "$b"
-  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run --iface ubn0 -- "$@" \
-    10.91.0.2 >"$tmp/c.out" 2>&1
+  wait_listen "${srv_ns:-$b}"
+  ip netns exec "${cli_ns:-$a}" /usr/bin/time -f "%P" -o "$tmp/c.cpu" "$uroce" run "${cli_dev[@]}" -- "$@" \
+    "${dst:-10.91.0.2}" >"$tmp/c.out" 2>&1
   wait "$server"
   local v
   v=$(grep -E '^ [0-9]+ +[0-9]+' "$tmp/c.out" | tail -1 | awk -v c="$col" '{print $c}')
@@ -66,10 +71,10 @@ perftest() {
 # iperf3 (one test per server): WHAT = tcp_MBps | udp_pps | udp_MBps; ARGS for the client.
 iperf() {
   local what=$1; shift
-  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" iperf3 -s -1 >/dev/null 2>&1 &
+  ip netns exec "${srv_ns:-$b}" /usr/bin/time -f "%P" -o "$tmp/s.cpu" iperf3 -s -1 >/dev/null 2>&1 &
   local server=$!
-  wait_listen "$b" 5201
-  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" iperf3 -c 10.91.0.2 -t 3 -J "$@" \
+  wait_listen "${srv_ns:-$b}" 5201
+  ip netns exec "${cli_ns:-$a}" /usr/bin/time -f "%P" -o "$tmp/c.cpu" iperf3 -c "${dst:-10.91.0.2}" -t 3 -J "$@" \
     >"$tmp/c.json" 2>/dev/null
   wait "$server" || true
   local v
@@ -89,14 +94,14 @@ PY
 }
 # qperf: TEST (tcp_lat / udp_lat), one-way latency of 8-byte messages in us.
 qperf_lat() {
-  ip netns exec "$b" /usr/bin/time -f "%P" -o "$tmp/s.cpu" qperf >/dev/null 2>&1 &
+  ip netns exec "${srv_ns:-$b}" /usr/bin/time -f "%P" -o "$tmp/s.cpu" qperf >/dev/null 2>&1 &
   local server=$!
-  wait_listen "$b" 19765
-  ip netns exec "$a" /usr/bin/time -f "%P" -o "$tmp/c.cpu" qperf -t 3 -m 8 10.91.0.2 "$1" \
+  wait_listen "${srv_ns:-$b}" 19765
+  ip netns exec "${cli_ns:-$a}" /usr/bin/time -f "%P" -o "$tmp/c.cpu" qperf -t 3 -m 8 "${dst:-10.91.0.2}" "$1" \
     >"$tmp/c.out" 2>&1
   # The server runs until stopped: stop qperf alone, so that time reports what it used.
   local p
-  for p in $(ip netns pids "$b"); do
+  for p in $(ip netns pids "${srv_ns:-$b}"); do
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = qperf ] && kill "$p" 2>/dev/null
   done
   wait "$server" 2>/dev/null || true
@@ -133,6 +138,14 @@ qp_scale() {
 # The same perftest with the progress thread spinning (progress = poll).
 polled() { export UROCE_PROGRESS=poll; "$@"; unset UROCE_PROGRESS; }
 xdp() { export UROCE_PORT=af_xdp; "$@"; unset UROCE_PORT; }  # uroce's own AF_XDP port
+udp() { export UROCE_PORT=udp; "$@"; unset UROCE_PORT; }  # uroce's UDP-socket port (veth)
+# Both ends in namespace A over loopback: the kernel's sockets to 127.0.0.1, and uroce's UDP
+# port with each process on its own address (server 127.0.0.2, client .3), as a CI job runs.
+lo() { local srv_ns=$a cli_ns=$a dst=127.0.0.1; "$@"; }
+udplo() {
+  local srv_dev=(--ipv4 127.0.0.2) cli_dev=(--ipv4 127.0.0.3)
+  udp lo "$@"
+}
 
 # ucx_perftest, server in B and client in A, both under `uroce run` (the tcp transport does
 # not use uroce): DEVICE TRANSPORT COLUMN ARGS... (COLUMN of its "Final:" line: 3 typical
@@ -198,11 +211,14 @@ memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" "$@" | awk '{pr
 
 mkdir -p docs/bench
 csv=docs/bench/side_by_side.csv
+[ -z "${ONLY:-}" ] || csv=docs/bench/side_by_side_$ONLY.csv  # a subset: its own file, no plot
 if [ "${PLOT_ONLY:-0}" != 1 ]; then  # PLOT_ONLY=1: only the plot, from the CSV there is
 echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to,cpu_s_per_GB" > "$csv"
 declare -A fig
 row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
   local group=$1 name=$2 unit=$3 ref=$4; shift 4
+  # ONLY=GROUP: that group's rows and the kernel's (their references) only.
+  [ -z "${ONLY:-}" ] || [ "$group" = kernel ] || [ "$group" = "$ONLY" ] || return 0
   : > "$tmp/r"
   for _ in $(seq "$runs"); do "$@" >> "$tmp/r"; done
   local v s c ratio=""
@@ -261,6 +277,14 @@ row af_xdp "xdp ib_send_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_send_bw -
 row af_xdp "xdp ib_read_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_read_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row af_xdp "xdp ib_send_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row af_xdp "xdp ib_write_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+# uroce's UDP-socket port (port = udp: no privileges), on the veth and on loopback, beside
+# the kernel's sockets on each (issue 41).
+row udp "udp ib_write_bw 64 KiB" MB/s "iperf3 TCP" udp perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row udp "udp ib_send_lat 8 B" us "qperf udp_lat 8 B" udp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row kernel "iperf3 TCP lo" MB/s - lo iperf tcp_MBps
+row kernel "qperf udp_lat 8 B lo" us - lo qperf_lat udp_lat
+row udp "udp lo ib_write_bw 64 KiB" MB/s "iperf3 TCP lo" udplo perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row udp "udp lo ib_send_lat 8 B" us "qperf udp_lat 8 B lo" udplo perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 # The middleware over the kernel's TCP and over uroce, on the same link.
 row kernel "UCX tcp am_lat 8 B" us - ucx ubn0 tcp 3 -t am_lat -n 10000 -s 8
 row uroce "UCX rc_verbs am_lat 8 B" us "UCX tcp am_lat 8 B" ucx uroce0:1 rc_verbs 3 -t am_lat -n 10000 -s 8
@@ -292,18 +316,18 @@ row qps "10000 QPs: WRITE each" ms - qp_scale write_each_ms
 echo "CSV: $csv"
 fi
 
-if command -v gnuplot >/dev/null; then
+if [ -z "${ONLY:-}" ] && command -v gnuplot >/dev/null; then
   gnuplot <<'GP'
 set terminal pngcairo size 1700,740 noenhanced
 set output 'docs/bench/side_by_side.png'
 set datafile separator ','
-set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp).\nGreen: two uroce processes over shared memory (DPDK's memif, uroce's shm port), what one core's memcpy moves and what two cores pass through shared memory"
+set multiplot layout 1,2 title "One veth pair: the kernel's sockets (blue: iperf3, qperf, UCX tcp, Open MPI TCP) and uroce (red: perftest on the af_packet port, UCX rc_verbs, Open MPI UCX;\nyellow: progress = poll; grey: port = dpdk, i.e. DPDK's net_af_packet, gso = no or batch = no; purple: port = af_xdp; teal: port = udp, no privileges, on the veth and on loopback beside the kernel's lo figures).\nGreen: two uroce processes over shared memory (DPDK's memif, uroce's shm port), what one core's memcpy moves and what two cores pass through shared memory"
 set style fill solid 0.8
 set boxwidth 0.6
 set key off
 set xtics rotate by -45 font ",10"
 set rmargin 12
-color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : g eq 'af_xdp' ? 0x882255 : g eq 'dpdk' ? 0x999999 : 0xcc6677
+color(g) = g eq 'kernel' ? 0x4477aa : g eq 'poll' ? 0xddaa33 : g eq 'memif' ? 0x228833 : g eq 'af_xdp' ? 0x882255 : g eq 'dpdk' ? 0x999999 : g eq 'udp' ? 0x44aa99 : 0xcc6677
 set logscale y
 set yrange [10:*]
 set title 'bandwidth, MB/s (higher is better, log scale)'

@@ -47,7 +47,7 @@ constexpr const char* kOptionsHelp =
     "\n"
     "Options (each sets the UROCE_* variable named after it; unset, the configuration file\n"
     "$UROCE_CONFIG, else /etc/uroce.conf, decides):\n"
-    "  --iface IF       the Linux interface of device uroce0 (opened with DPDK's net_af_packet)\n"
+    "  --iface IF       the Linux interface of device uroce0 (opened with uroce's packet socket)\n"
     "  --devargs ARGS   a DPDK device instead, e.g. net_tap0,iface=tap0\n"
     "  --ipv4 ADDR      the RoCE IPv4 address (default: the interface's)\n"
     "  --ipv6 ADDR      the RoCE IPv6 address (default: the interface's global one)\n"
@@ -55,7 +55,9 @@ constexpr const char* kOptionsHelp =
     "  --vlan ID        802.1Q VLAN id of the RoCE traffic (0: untagged)\n"
     "  --pcap FILE      record the device's traffic (read it with uroce-dissect)\n"
     "  --config FILE    the configuration file (see the sample uroce.conf)\n"
-    "Other settings (UROCE_FAULT, UROCE_EXCLUSIVE, ...) are read from the environment.\n";
+    "Other settings (UROCE_PORT, UROCE_FAULT, UROCE_EXCLUSIVE, ...) are read from the\n"
+    "environment. Without root: UROCE_PORT=udp --ipv4 127.0.0.2 (UDP sockets, no privileges;\n"
+    "each process its own loopback address).\n";
 
 constexpr const char* kRunHelp =
     "usage: uroce run [options] [--] CMD ARGS...\n"

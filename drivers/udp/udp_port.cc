@@ -1,0 +1,706 @@
+#include "udp/udp_port.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "util/sys.h"
+#include "wire/arp.h"
+#include "wire/icrc.h"
+#include "wire/ipv4.h"
+
+namespace uroce::drivers {
+
+namespace {
+
+constexpr uint32_t kPayloadOff = 64;  // where a datagram lands in its buffer: headers in front
+constexpr uint32_t kHdr4 = 14 + 20 + 8, kHdr6 = 14 + 40 + 8;
+constexpr size_t kMsgs = 32;            // messages per sendmmsg / recvmmsg
+constexpr size_t kMaxRun = 64;          // packets per GSO send (the kernel's UDP_MAX_SEGMENTS)
+constexpr uint32_t kMaxGsoPayload = 65507;  // a UDP datagram's payload over IPv4
+constexpr uint32_t kOverflow = 65536;   // a GRO datagram's bytes past its first buffer
+constexpr uint32_t kMaxFrameMtu = 9000;  // the largest interface MTU used (RoCE's is 4096)
+constexpr uint16_t kEthIpv4 = 0x0800, kEthIpv6 = 0x86DD, kEthArp = 0x0806, kEthVlan = 0x8100;
+constexpr uint8_t kProtoUdp = 17, kProtoIcmpv6 = 58;
+#ifndef UDP_NO_CHECK6_RX
+constexpr int UDP_NO_CHECK6_RX = 102;
+#endif
+
+uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+void put_be16(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+bool link_local(const wire::Ipv6Addr& a) { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; }
+
+/// What a datagram arrived with, to write in front of it (and of each packet of a GRO run).
+struct Meta {
+  bool v6 = false;
+  std::array<uint8_t, 16> src{}, dst{};  // IPv4 in the first 4 bytes
+  uint16_t sport = 0, dport = 0;
+  uint8_t tos = 0;  // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
+  uint8_t ttl = 64;
+};
+
+/// Writes Ethernet, IP and UDP headers in front of the `len` payload bytes at `payload`
+/// (kHdr4 / kHdr6 bytes of room before it); returns the first header byte.
+uint8_t* write_headers(uint8_t* payload, uint32_t len, const Meta& m, uint16_t ident,
+                       const wire::MacAddr& dst_mac) {
+  uint8_t* d = payload - (m.v6 ? kHdr6 : kHdr4);
+  wire::Gid src_gid{};
+  if (m.v6) {
+    std::memcpy(src_gid.data(), m.src.data(), 16);
+  } else {
+    wire::Ipv4Addr a;
+    std::memcpy(a.data(), m.src.data(), 4);
+    src_gid = wire::ipv4_mapped_gid(a);
+  }
+  const wire::MacAddr src_mac = UdpPort::mac_for(src_gid);
+  std::memcpy(d, dst_mac.data(), 6);
+  std::memcpy(d + 6, src_mac.data(), 6);
+  uint8_t* ip = d + 14;
+  uint8_t* udp;
+  if (m.v6) {
+    put_be16(d + 12, kEthIpv6);
+    ip[0] = static_cast<uint8_t>(0x60 | (m.tos >> 4));
+    ip[1] = static_cast<uint8_t>(m.tos << 4);
+    ip[2] = ip[3] = 0;  // flow label: not shown by the socket (the ICRC does not cover it)
+    put_be16(ip + 4, 8 + len);
+    ip[6] = kProtoUdp;
+    ip[7] = m.ttl;
+    std::memcpy(ip + 8, m.src.data(), 16);
+    std::memcpy(ip + 24, m.dst.data(), 16);
+    udp = ip + 40;
+  } else {
+    put_be16(d + 12, kEthIpv4);
+    ip[0] = 0x45;
+    ip[1] = m.tos;
+    put_be16(ip + 2, 28 + len);
+    put_be16(ip + 4, ident);
+    put_be16(ip + 6, 0x4000);  // DF
+    ip[8] = m.ttl;
+    ip[9] = kProtoUdp;
+    put_be16(ip + 10, 0);
+    std::memcpy(ip + 12, m.src.data(), 4);
+    std::memcpy(ip + 16, m.dst.data(), 4);
+    put_be16(ip + 10, wire::internet_checksum(wire::Bytes(ip, 20)));
+    udp = ip + 20;
+  }
+  put_be16(udp, m.sport);
+  put_be16(udp + 2, m.dport);
+  put_be16(udp + 4, 8 + len);
+  put_be16(udp + 6, 0);
+  return d;
+}
+
+/// The interface an address is on, and its MTU (0 if none has it).
+uint32_t mtu_of(int fd, const UdpConfig& cfg, std::string* name) {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return 0;
+  uint32_t mtu = 0;
+  for (ifaddrs* a = all; a != nullptr && mtu == 0; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    bool match = false;
+    if (a->ifa_addr->sa_family == AF_INET && cfg.ipv4) {
+      const auto* s = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      match = std::memcmp(&s->sin_addr, cfg.ipv4->data(), 4) == 0;
+    } else if (a->ifa_addr->sa_family == AF_INET6 && cfg.ipv6) {
+      const auto* s = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+      match = std::memcmp(&s->sin6_addr, cfg.ipv6->data(), 16) == 0;
+    }
+    // 127.0.0.0/8 is loopback's whole (getifaddrs lists 127.0.0.1 only).
+    if (!match && a->ifa_addr->sa_family == AF_INET && cfg.ipv4 && (*cfg.ipv4)[0] == 127)
+      match = (a->ifa_flags & IFF_LOOPBACK) != 0;
+    if (!match || std::strlen(a->ifa_name) >= IFNAMSIZ) continue;
+    ifreq r{};
+    std::memcpy(r.ifr_name, a->ifa_name, std::strlen(a->ifa_name));
+    if (ioctl(fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu > 0) {
+      mtu = static_cast<uint32_t>(r.ifr_mtu);
+      *name = a->ifa_name;
+    }
+  }
+  freeifaddrs(all);
+  return mtu;
+}
+
+std::string addr_text(bool v6, const uint8_t* a, uint16_t port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(v6 ? AF_INET6 : AF_INET, a, buf, sizeof buf);
+  std::string s;
+  if (v6) s += '[';
+  s += buf;
+  if (v6) s += ']';
+  s += ':';
+  s += std::to_string(port);
+  return s;
+}
+
+}  // namespace
+
+wire::MacAddr UdpPort::mac_for(const wire::Gid& ip) {
+  if (wire::is_ipv4_mapped(ip)) return {0x02, 0x00, ip[12], ip[13], ip[14], ip[15]};
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (uint8_t b : ip) h = (h ^ b) * 0x100000001b3ull;
+  return {0x06, static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8),
+          static_cast<uint8_t>(h >> 16), static_cast<uint8_t>(h >> 24),
+          static_cast<uint8_t>(h >> 32)};
+}
+
+std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& cfg, std::string* error) {
+  if (!cfg.ipv4 && !cfg.ipv6) {
+    *error = "the udp port needs an address to bind: set ipv4 (or ipv6), e.g. ipv4 = 127.0.0.2";
+    return nullptr;
+  }
+  if (cfg.ipv6 && link_local(*cfg.ipv6)) {
+    *error = "the udp port binds global IPv6 addresses only (" + wire::to_string(*cfg.ipv6) +
+             " is link-local): set ipv6 to a global one, or use ipv4";
+    return nullptr;
+  }
+  std::unique_ptr<UdpPort> p(new UdpPort());
+  p->cfg_ = cfg;
+  p->gso_ = cfg.gso;
+  const int one = 1;
+  std::string ifname;
+  for (int v6 = 0; v6 < 2; ++v6) {
+    if (v6 ? !cfg.ipv6 : !cfg.ipv4) continue;
+    const int fd = util::kernel_socket(v6 ? AF_INET6 : AF_INET,
+                                       SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    const std::string where = addr_text(v6 != 0, v6 ? cfg.ipv6->data() : cfg.ipv4->data(), cfg.udp_port);
+    if (fd < 0) {
+      *error = "udp socket for " + where + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    p->socks_[p->nsocks_++] = {fd, v6 != 0};
+    // DF on every packet, and with it identification 0 (what the engine's ICRC assumes).
+    const int df = v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;
+    bool ok = v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0 &&
+                       setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &df, sizeof df) == 0 &&
+                       setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one) == 0 &&
+                       setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one) == 0 &&
+                       setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &one, sizeof one) == 0
+                 : setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof df) == 0 &&
+                       setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) == 0 &&
+                       setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof one) == 0 &&
+                       setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &one, sizeof one) == 0;
+    if (!ok) {
+      *error = "udp socket for " + where + ": its options: " + std::strerror(errno);
+      return nullptr;
+    }
+    // RNICs may send IPv6 RoCE with a zero UDP checksum (RoCEv2 allows it; the ICRC checks).
+    if (v6) setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+    if (cfg.gso) setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
+    // Room for a window of packets (root may go past net.core.rmem_max; others get that).
+    const int rcv = 32 << 20, snd = 4 << 20;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) != 0)
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) != 0)
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
+    sockaddr_storage ss{};
+    socklen_t sl;
+    if (v6) {
+      auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+      s->sin6_family = AF_INET6;
+      s->sin6_port = htons(cfg.udp_port);
+      std::memcpy(&s->sin6_addr, cfg.ipv6->data(), 16);
+      sl = sizeof *s;
+    } else {
+      auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+      s->sin_family = AF_INET;
+      s->sin_port = htons(cfg.udp_port);
+      std::memcpy(&s->sin_addr, cfg.ipv4->data(), 4);
+      sl = sizeof *s;
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) != 0) {
+      const int e = errno;
+      *error = e == EADDRINUSE
+                   ? where + " is taken (another uroce device or process?): give each its " +
+                         "own address (ipv4 = 127.0.0.2, 127.0.0.3, ... on loopback)"
+               : e == EADDRNOTAVAIL
+                   ? std::string(v6 ? "ipv6 " : "ipv4 ") + where.substr(0, where.rfind(':')) +
+                         " is no address of this host: set it to one that `ip addr` lists"
+                   : "udp socket: bind " + where + ": " + std::strerror(e);
+      return nullptr;
+    }
+  }
+  p->mtu_ = mtu_of(p->socks_[0].fd, cfg, &ifname);
+  if (p->mtu_ == 0) p->mtu_ = 1500;
+  p->max_frame_ = std::min(p->mtu_, kMaxFrameMtu) + 14;
+  p->mac_ = mac_for(cfg.ipv4 ? wire::ipv4_mapped_gid(*cfg.ipv4) : *cfg.ipv6);
+  // Frames: a buffer each, with room for the headers written in front of a datagram.
+  p->pool_.init(cfg.frames, kPayloadOff, p->max_frame_);
+  p->ready_.reserve(cfg.frames);
+  if (cfg.gso) p->overflow_.resize(size_t{kOverflow} * kMsgs);
+  // One descriptor to sleep on: the sockets and the answers' eventfd.
+  p->answers_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  p->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (p->answers_fd_ < 0 || p->epoll_fd_ < 0) {
+    *error = std::string("udp port: its wait set: ") + std::strerror(errno);
+    return nullptr;
+  }
+  for (size_t i = 0; i <= p->nsocks_; ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    const int fd = i < p->nsocks_ ? p->socks_[i].fd : p->answers_fd_;
+    ev.data.fd = fd;
+    epoll_ctl(p->epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+  p->wait_fd_ = p->epoll_fd_;
+  std::string bound;
+  if (cfg.ipv4) bound += addr_text(false, cfg.ipv4->data(), cfg.udp_port);
+  if (cfg.ipv6) bound += (bound.empty() ? "" : " and ") + addr_text(true, cfg.ipv6->data(), cfg.udp_port);
+  p->description_ =
+      "udp sockets on " + bound + " (no privileges; the kernel writes IP and UDP headers" +
+      (ifname.empty() ? "" : "; interface " + ifname + ", MTU " + std::to_string(p->mtu_)) + "); " +
+      (cfg.gso ? "runs of packets sent as one UDP GSO send of up to " + std::to_string(kMaxRun) +
+                     " packets, received with UDP_GRO"
+               : "one packet per datagram (gso = no)") +
+      "; " + std::to_string(cfg.frames) + " frames of " + std::to_string(p->max_frame_) +
+      " B; Ethernet addresses made up from IP addresses, neighbours answered by the port";
+  return p;
+}
+
+UdpPort::~UdpPort() {
+  for (size_t i = 0; i < nsocks_; ++i) close(socks_[i].fd);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (answers_fd_ >= 0) close(answers_fd_);
+}
+
+Frame* UdpPort::alloc_frame() { return pool_.alloc(); }
+
+void UdpPort::free_frame(Frame* f) { pool_.free(f); }
+
+void UdpPort::queue_ready(Frame* f) { ready_.push_back(f); }
+
+void UdpPort::answer_neighbor(const Frame* f) {
+  // An ARP request or an IPv6 neighbour solicitation from the engine: answered as if the
+  // asked-for address had the Ethernet address mac_for gives it (the kernel routes the
+  // datagrams; the Ethernet addresses only have to be consistent).
+  const uint8_t* d = f->data;
+  uint32_t l2 = 14;
+  if (f->len >= 18 && be16(d + 12) == kEthVlan) l2 = 18;
+  const uint16_t type = be16(d + l2 - 2);
+  Frame* r = alloc_frame();
+  if (r == nullptr) return;
+  uint8_t* o = r->data;
+  std::memcpy(o, d + 6, 6);  // to the asker
+  if (type == kEthArp && f->len >= l2 + wire::ArpView::kLen) {
+    wire::ArpRepr a;
+    if (wire::ArpRepr::parse(wire::Bytes(d + l2, f->len - l2), a) != wire::ParseError::kOk ||
+        a.oper != wire::ArpRepr::kRequest) {
+      free_frame(r);
+      return;
+    }
+    wire::ArpRepr reply;
+    reply.oper = wire::ArpRepr::kReply;
+    reply.sha = mac_for(wire::ipv4_mapped_gid(a.tpa));
+    reply.spa = a.tpa;
+    reply.tha = a.sha;
+    reply.tpa = a.spa;
+    std::memcpy(o + 6, reply.sha.data(), 6);
+    put_be16(o + 12, kEthArp);
+    reply.emit(wire::MutBytes(o + 14, wire::ArpView::kLen));
+    r->len = 60;
+    std::memset(o + 14 + wire::ArpView::kLen, 0, r->len - 14 - wire::ArpView::kLen);
+  } else if (type == kEthIpv6 && f->len >= l2 + 40 + 24 && d[l2 + 6] == kProtoIcmpv6 &&
+             d[l2 + 40] == 135) {
+    // A neighbour advertisement (RFC 4861 4.4): solicited + override, from the target, with
+    // its (made-up) link-layer address.
+    wire::Gid target;
+    std::memcpy(target.data(), d + l2 + 40 + 8, 16);
+    const wire::MacAddr mac = mac_for(target);
+    std::memcpy(o + 6, mac.data(), 6);
+    put_be16(o + 12, kEthIpv6);
+    uint8_t* ip = o + 14;
+    constexpr uint32_t kIcmp = 32;
+    std::memset(ip, 0, 40 + kIcmp);
+    ip[0] = 0x60;
+    put_be16(ip + 4, kIcmp);
+    ip[6] = kProtoIcmpv6;
+    ip[7] = 255;
+    std::memcpy(ip + 8, target.data(), 16);
+    std::memcpy(ip + 24, d + l2 + 8, 16);  // the solicitation's source
+    uint8_t* icmp = ip + 40;
+    icmp[0] = 136;
+    icmp[4] = 0x60;
+    std::memcpy(icmp + 8, target.data(), 16);
+    icmp[24] = 2;  // target link-layer address
+    icmp[25] = 1;
+    std::memcpy(icmp + 26, mac.data(), 6);
+    uint8_t pseudo[40 + kIcmp] = {};
+    std::memcpy(pseudo, ip + 8, 32);
+    pseudo[35] = kIcmp;
+    pseudo[39] = kProtoIcmpv6;
+    std::memcpy(pseudo + 40, icmp, kIcmp);
+    put_be16(icmp + 2, wire::internet_checksum(wire::Bytes(pseudo, sizeof pseudo)));
+    r->len = 14 + 40 + kIcmp;
+  } else {
+    free_frame(r);
+    return;
+  }
+  ++answered_;
+  queue_ready(r);
+  if (!answers_signalled_) {  // the engine may be about to sleep on wait_fd
+    const uint64_t one = 1;
+    if (write(answers_fd_, &one, sizeof one) == sizeof one) answers_signalled_ = true;
+  }
+}
+
+void UdpPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss, uint32_t hdr) {
+  // A GRO datagram of `len` payload bytes: packets of mss bytes (the last shorter), the first
+  // in place in `head` (already given its headers for mss bytes), the others copied out of
+  // head's buffer past it and the overflow behind it. Packet i gets identification i, as the
+  // kernel gives the segments of a UDP GSO send (wire/icrc.h: a peer's others are solved for).
+  const uint32_t in_head = max_frame_ - kHdr6;
+  Meta m;
+  const uint8_t* h = head->data;
+  const uint8_t* payload = h + hdr;
+  m.v6 = hdr == kHdr6;
+  const uint8_t* ip = h + 14;
+  if (m.v6) {
+    m.tos = static_cast<uint8_t>((ip[0] << 4) | (ip[1] >> 4));
+    m.ttl = ip[7];
+    std::memcpy(m.src.data(), ip + 8, 16);
+    std::memcpy(m.dst.data(), ip + 24, 16);
+  } else {
+    m.tos = ip[1];
+    m.ttl = ip[8];
+    std::memcpy(m.src.data(), ip + 12, 4);
+    std::memcpy(m.dst.data(), ip + 16, 4);
+  }
+  const uint8_t* udp = h + hdr - 8;
+  m.sport = be16(udp);
+  m.dport = be16(udp + 2);
+  const uint32_t segs = (len + mss - 1) / mss;
+  for (uint32_t i = 1; i < segs; ++i) {
+    Frame* g = alloc_frame();
+    if (g == nullptr) {
+      rx_no_frame_ += segs - i;
+      return;
+    }
+    const uint32_t off = i * mss, n = std::min(mss, len - off);
+    uint8_t* dst = SharedPool::buffer(g) + kPayloadOff;
+    const uint32_t from_head = off < in_head ? std::min(n, in_head - off) : 0;
+    std::memcpy(dst, payload + off, from_head);
+    if (n > from_head) std::memcpy(dst + from_head, overflow + (off + from_head - in_head), n - from_head);
+    g->data = write_headers(dst, n, m, static_cast<uint16_t>(i), mac_);
+    g->len = hdr + n;
+    queue_ready(g);
+  }
+}
+
+void UdpPort::receive(const Sock& s) {
+  mmsghdr msgs[kMsgs];
+  iovec iov[kMsgs][2];
+  sockaddr_in6 names[kMsgs];
+  alignas(cmsghdr) uint8_t ctl[kMsgs][256];
+  Frame* fs[kMsgs];
+  const uint32_t room = max_frame_ - kHdr6;  // payload bytes a frame takes (either family)
+  size_t want = 0;
+  const size_t asked = std::min<size_t>(kMsgs, ready_.capacity() - ready_.size());
+  for (; want < asked; ++want) {
+    Frame* f = alloc_frame();
+    if (f == nullptr) break;
+    fs[want] = f;
+    iov[want][0] = {SharedPool::buffer(f) + kPayloadOff, room};
+    if (gso_) iov[want][1] = {overflow_.data() + size_t{kOverflow} * want, kOverflow};
+    msgs[want] = {};
+    msgs[want].msg_hdr.msg_iov = iov[want];
+    msgs[want].msg_hdr.msg_iovlen = gso_ ? 2 : 1;
+    msgs[want].msg_hdr.msg_name = &names[want];
+    msgs[want].msg_hdr.msg_namelen = sizeof names[want];
+    msgs[want].msg_hdr.msg_control = ctl[want];
+    msgs[want].msg_hdr.msg_controllen = sizeof ctl[want];
+  }
+  if (want == 0) return;
+  const int got = recvmmsg(s.fd, msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+  const size_t n = got > 0 ? static_cast<size_t>(got) : 0;
+  for (size_t k = n; k < want; ++k) free_frame(fs[k]);
+  for (size_t k = 0; k < n; ++k) {
+    Frame* f = fs[k];
+    const msghdr& h = msgs[k].msg_hdr;
+    const uint32_t len = msgs[k].msg_len;
+    Meta m;
+    m.v6 = s.v6;
+    m.dport = cfg_.udp_port;
+    if (s.v6) {
+      std::memcpy(m.src.data(), &names[k].sin6_addr, 16);
+      m.sport = ntohs(names[k].sin6_port);
+      std::memcpy(m.dst.data(), cfg_.ipv6->data(), 16);
+    } else {
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(&names[k]);
+      std::memcpy(m.src.data(), &sin->sin_addr, 4);
+      m.sport = ntohs(sin->sin_port);
+      std::memcpy(m.dst.data(), cfg_.ipv4->data(), 4);
+    }
+    uint32_t gro = 0;
+    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
+      const uint8_t* v = CMSG_DATA(c);
+      int iv = 0;
+      if (c->cmsg_len >= CMSG_LEN(sizeof(int))) std::memcpy(&iv, v, sizeof iv);
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+        m.tos = v[0];
+      } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) {
+        m.ttl = static_cast<uint8_t>(iv);
+      } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+        in_pktinfo pi;
+        std::memcpy(&pi, v, sizeof pi);
+        std::memcpy(m.dst.data(), &pi.ipi_addr, 4);
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+        m.tos = static_cast<uint8_t>(iv);
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT) {
+        m.ttl = static_cast<uint8_t>(iv);
+      } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+        in6_pktinfo pi;
+        std::memcpy(&pi, v, sizeof pi);
+        std::memcpy(m.dst.data(), &pi.ipi6_addr, 16);
+      } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+        gro = static_cast<uint32_t>(iv);
+      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t drops;
+        std::memcpy(&drops, v, sizeof drops);
+        kernel_drops_[s.v6 ? 1 : 0].store(drops);  // the socket's count so far
+      }
+    }
+    uint8_t* payload = SharedPool::buffer(f) + kPayloadOff;
+    const uint32_t hdr = s.v6 ? kHdr6 : kHdr4;
+    const bool run = gro != 0 && len > gro;
+    if ((h.msg_flags & MSG_TRUNC) != 0 || len == 0 || (!run && len > room) || (run && gro > room)) {
+      ++rx_oversize_;
+      free_frame(f);
+      continue;
+    }
+    const uint32_t first = run ? gro : len;
+    f->data = write_headers(payload, first, m, 0, mac_);
+    f->len = hdr + first;
+    f->cap = max_frame_;
+    queue_ready(f);
+    if (run) {
+      ++rx_gro_;
+      cut(f, overflow_.data() + size_t{kOverflow} * k, len, gro, hdr);
+    }
+  }
+}
+
+uint16_t UdpPort::rx_burst(uint64_t, std::span<Frame*> out) {
+  uint16_t n = 0;
+  auto take = [&] {
+    while (n < out.size() && ready_head_ < ready_.size()) out[n++] = ready_[ready_head_++];
+    if (ready_head_ == ready_.size()) {
+      ready_.clear();
+      ready_head_ = 0;
+    }
+  };
+  take();
+  if (answers_signalled_ && ready_.empty()) {
+    uint64_t v;
+    if (read(answers_fd_, &v, sizeof v) == sizeof v) answers_signalled_ = false;
+  }
+  if (ready_head_ > 0) {  // what is left first, so the queue stays within its reserve
+    ready_.erase(ready_.begin(), ready_.begin() + static_cast<std::ptrdiff_t>(ready_head_));
+    ready_head_ = 0;
+  }
+  // Each socket once per burst while there is room (a quiet socket costs one system call).
+  for (size_t tried = 0; tried < nsocks_ && n + (ready_.size() - ready_head_) < out.size(); ++tried) {
+    const Sock& s = socks_[next_sock_];
+    next_sock_ = (next_sock_ + 1) % nsocks_;
+    receive(s);
+  }
+  const uint16_t before = n;
+  take();
+  rx_frames_ += n - before;
+  return n;
+}
+
+uint16_t UdpPort::tx_burst(uint64_t, std::span<Frame* const> frames) {
+  mmsghdr msgs[kMsgs];
+  iovec iov[kMsgs * 4];
+  sockaddr_in6 names[kMsgs];
+  alignas(cmsghdr) uint8_t ctl[kMsgs][CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t))];
+  uint16_t members[kMsgs];
+  int fds[kMsgs];
+  size_t i = 0, m = 0, v = 0, taken = 0;
+  // Messages are built for a run of data frames; a frame of anything else (an ARP request,
+  // a solicitation, what cannot be sent) is dealt with when it comes first.
+  while (i < frames.size() && m < kMsgs) {
+    Frame* f = frames[i];
+    const uint8_t* d = f->data;
+    uint32_t l2 = 14;
+    if (f->len >= 18 && be16(d + 12) == kEthVlan) l2 = 18;
+    const uint16_t type = f->len >= l2 ? be16(d + l2 - 2) : 0;
+    const bool v6 = type == kEthIpv6;
+    uint32_t l4 = 0;
+    bool data = false;
+    if (type == kEthIpv4 && f->len >= l2 + 20 && (d[l2] >> 4) == 4 && d[l2 + 9] == kProtoUdp) {
+      l4 = l2 + (d[l2] & 0x0Fu) * 4;
+      data = f->len >= l4 + 8;
+    } else if (v6 && f->len >= l2 + 48 && d[l2 + 6] == kProtoUdp) {
+      l4 = l2 + 40;
+      wire::Ipv6Addr dst;
+      std::memcpy(dst.data(), d + l2 + 24, 16);
+      data = !link_local(dst);
+    }
+    const Sock* sock = nullptr;
+    for (size_t k = 0; k < nsocks_; ++k)
+      if (socks_[k].v6 == v6) sock = &socks_[k];
+    if (!data || sock == nullptr) {
+      if (m > 0) break;
+      if (type == kEthArp || (v6 && f->len >= l2 + 41 && d[l2 + 6] == kProtoIcmpv6)) {
+        answer_neighbor(f);
+      } else {
+        ++tx_dropped_;
+      }
+      free_frame(f);
+      ++i;
+      ++taken;
+      continue;
+    }
+    // The destination, and the DSCP/ECN byte, from the frame.
+    const uint8_t tos = v6 ? static_cast<uint8_t>((d[l2] << 4) | (d[l2 + 1] >> 4)) : d[l2 + 1];
+    names[m] = {};
+    socklen_t nl;
+    if (v6) {
+      names[m].sin6_family = AF_INET6;
+      names[m].sin6_port = htons(be16(d + l4 + 2));
+      std::memcpy(&names[m].sin6_addr, d + l2 + 24, 16);
+      nl = sizeof(sockaddr_in6);
+    } else {
+      auto* s = reinterpret_cast<sockaddr_in*>(&names[m]);
+      s->sin_family = AF_INET;
+      s->sin_port = htons(be16(d + l4 + 2));
+      std::memcpy(&s->sin_addr, d + l2 + 16, 4);
+      nl = sizeof(sockaddr_in);
+    }
+    const uint32_t hdr = l4 + 8;
+    const uint32_t mss = f->len - hdr;
+    size_t run = 1;
+    uint32_t payload = mss;
+    // A run: the next frames to the same place with the same headers but for lengths,
+    // checksums and identification, every one but the last mss long.
+    if (gso_) {
+      const Frame* prev = f;
+      while (i + run < frames.size() && run < kMaxRun && v + run < std::size(iov)) {
+        const Frame* g = frames[i + run];
+        if (g->len <= hdr || g->len - hdr > mss || prev->len != f->len ||
+            payload + (g->len - hdr) > kMaxGsoPayload ||
+            std::memcmp(g->data, d, l2) != 0 ||
+            (v6 ? std::memcmp(g->data + l2, d + l2, 4) != 0 ||
+                      std::memcmp(g->data + l2 + 6, d + l2 + 6, 34) != 0
+                : std::memcmp(g->data + l2, d + l2, 2) != 0 ||
+                      std::memcmp(g->data + l2 + 6, d + l2 + 6, 4) != 0 ||
+                      std::memcmp(g->data + l2 + 12, d + l2 + 12, 8) != 0) ||
+            std::memcmp(g->data + l4, d + l4, 4) != 0)
+          break;
+        payload += g->len - hdr;
+        prev = g;
+        ++run;
+      }
+    }
+    if (v + run > std::size(iov)) break;
+    msgs[m] = {};
+    msghdr& mh = msgs[m].msg_hdr;
+    mh.msg_name = &names[m];
+    mh.msg_namelen = nl;
+    mh.msg_iov = &iov[v];
+    mh.msg_iovlen = run;
+    for (size_t j = 0; j < run; ++j) {
+      Frame* g = frames[i + j];
+      if (!v6 && j > 0) {
+        // Segment j leaves with identification j: patch it into the ICRC (and the header,
+        // for whoever reads the frame after us).
+        const uint32_t l3_len = g->len - l2 - static_cast<uint32_t>(wire::kIcrcLen);
+        if (l3_len != shift_len_) {
+          shift_len_ = l3_len;
+          shift_ = wire::icrc_shift(l3_len - 6);
+        }
+        const uint16_t was = be16(g->data + l2 + 4);
+        const uint16_t x = static_cast<uint16_t>(was ^ j);
+        const uint8_t diff[2] = {static_cast<uint8_t>(x >> 8), static_cast<uint8_t>(x)};
+        uint8_t* icrc = g->data + g->len - wire::kIcrcLen;
+        wire::store_icrc(icrc, wire::load_icrc(icrc) ^ wire::icrc_delta(wire::Bytes(diff, 2), shift_));
+        put_be16(g->data + l2 + 4, static_cast<uint16_t>(j));
+      }
+      iov[v++] = {g->data + hdr, g->len - hdr};
+    }
+    mh.msg_control = ctl[m];
+    size_t cl = 0;
+    cmsghdr* c = reinterpret_cast<cmsghdr*>(ctl[m]);
+    c->cmsg_level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+    c->cmsg_type = v6 ? IPV6_TCLASS : IP_TOS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    const int t = tos;
+    std::memcpy(CMSG_DATA(c), &t, sizeof t);
+    cl += CMSG_SPACE(sizeof(int));
+    if (run > 1) {
+      c = reinterpret_cast<cmsghdr*>(ctl[m] + cl);
+      c->cmsg_level = IPPROTO_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t seg = static_cast<uint16_t>(mss);
+      std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+      cl += CMSG_SPACE(sizeof(uint16_t));
+    }
+    mh.msg_controllen = cl;
+    members[m] = static_cast<uint16_t>(run);
+    fds[m] = sock->fd;
+    ++m;
+    i += run;
+  }
+  // Consecutive messages on one socket go in one sendmmsg.
+  size_t k = 0;
+  while (k < m) {
+    size_t e = k + 1;
+    while (e < m && fds[e] == fds[k]) ++e;
+    const int sent = sendmmsg(fds[k], msgs + k, static_cast<unsigned>(e - k), MSG_DONTWAIT);
+    size_t done = 0;
+    if (sent > 0) {
+      done = static_cast<size_t>(sent);
+    } else if (errno == EIO && members[k] > 1) {
+      gso_ = false;  // the route's device cannot segment: one packet per datagram from now
+      break;
+    } else if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) {
+      break;
+    } else {
+      done = 1;  // no route, refused: this message is lost, as on a wire
+      tx_dropped_ += members[k];
+    }
+    for (size_t j = k; j < k + done; ++j) {
+      if (sent > 0) {
+        tx_frames_ += members[j];
+        if (members[j] > 1) ++tx_gso_;
+      }
+      for (size_t q = 0; q < members[j]; ++q) free_frame(frames[taken + q]);
+      taken += members[j];
+    }
+    if (k + done < e) break;  // the socket is full: the rest stay with the caller
+    k = e;
+  }
+  return static_cast<uint16_t>(taken);
+}
+
+UdpPort::Stats UdpPort::stats() const {
+  Stats s;
+  s.rx_frames = rx_frames_;
+  s.tx_frames = tx_frames_;
+  s.rx_dropped = kernel_drops_[0].load() + kernel_drops_[1].load() + rx_no_frame_;
+  s.rx_oversize = rx_oversize_;
+  s.rx_gro = rx_gro_;
+  s.tx_gso = tx_gso_;
+  s.tx_dropped = tx_dropped_;
+  s.neighbors_answered = answered_;
+  return s;
+}
+
+}  // namespace uroce::drivers

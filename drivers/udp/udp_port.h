@@ -1,0 +1,113 @@
+// A uroce::Port through ordinary UDP sockets bound to address:4791: no capability, no
+// kernel module, any interface the kernel routes over (loopback included), and the kernel's
+// rxe or a real RNIC on the other side of a real network.
+//
+// The engine still sees Ethernet frames: on transmit the port takes each frame's IP
+// destination, DSCP/ECN and UDP payload (BTH to ICRC) and hands them to the kernel, which
+// writes the IP and UDP headers; on receive it writes in front of each datagram the headers
+// it arrived with: addresses and ports from the socket, DSCP/ECN and TTL from control
+// messages (IP_RECVTOS, so DCQCN sees CE marks), Ethernet addresses made up from the IP
+// addresses (mac_for). ARP requests and IPv6 neighbour solicitations the engine sends are
+// answered here with those made-up addresses: the kernel resolves the real ones.
+//
+// The ICRC covers the IP and UDP headers, so the engine builds them as the kernel will write
+// them (EngineConfig::udp_src_port and ipv4_ident_zero): the socket's source port, and for
+// IPv4 DF with identification 0, which Linux gives the DF packets of an unconnected socket
+// (IP_PMTUDISC_DO: tests/ports/udp_port_test.cc checks the kernel's headers against this).
+// A receiver is not shown the identification: the engine solves for it (wire/icrc.h).
+//
+// Batching: sendmmsg and recvmmsg, and runs of packets to one destination leave as one UDP
+// GSO send (UDP_SEGMENT), which the kernel cuts into the packets wherever it must and which
+// crosses loopback and veth whole; segment i carries identification i, which the port
+// patches into the ICRC (linear, without reading the payload). Received with UDP_GRO, a run
+// arrives as one datagram: its first packet lands in place, the others are copied out.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/shared_pool.h"
+#include "uroce/port.h"
+#include "wire/addr.h"
+
+namespace uroce::drivers {
+
+struct UdpConfig {
+  std::optional<wire::Ipv4Addr> ipv4;  // bound (address:udp_port); at least one of the two
+  std::optional<wire::Ipv6Addr> ipv6;  // a global address (link-local ones need a scope)
+  uint16_t udp_port = 4791;            // RoCEv2's; tests may take another
+  bool gso = true;                     // runs of packets as one UDP GSO send; UDP_GRO
+  uint32_t frames = 4096;              // frame buffers
+};
+
+class UdpPort final : public Port {
+ public:
+  /// nullptr and *error (one line naming the problem and the fix) on failure.
+  static std::unique_ptr<UdpPort> open(const UdpConfig& cfg, std::string* error);
+  ~UdpPort() override;
+
+  uint16_t rx_burst(uint64_t now_ns, std::span<Frame*> out) override;
+  uint16_t tx_burst(uint64_t now_ns, std::span<Frame* const> frames) override;
+  Frame* alloc_frame() override;
+  void free_frame(Frame* f) override;
+  uint32_t max_frame_len() const override { return max_frame_; }
+  std::array<uint8_t, 6> mac() const override { return mac_; }
+  int wait_fd() const override { return wait_fd_; }
+
+  /// The Ethernet address the port gives an IP address (locally administered, unicast):
+  /// 02:00 and the IPv4 address, or 06 and five bytes of a hash of the IPv6 one.
+  static wire::MacAddr mac_for(const wire::Gid& ip);
+  /// The interface MTU the bound address routes over (the largest one of its interface).
+  uint32_t mtu() const { return mtu_; }
+  /// One line for `uroce devinfo`.
+  const std::string& describe() const { return description_; }
+  struct Stats {
+    uint64_t rx_frames = 0, tx_frames = 0;  // packets (a GSO send or GRO datagram: each)
+    uint64_t rx_dropped = 0;   // the kernel's (socket buffer full) and ours (no free frame)
+    uint64_t rx_oversize = 0;  // a datagram that is no packet (too long, cannot be cut)
+    uint64_t rx_gro = 0, tx_gso = 0;  // runs received as one datagram / sent as one
+    uint64_t tx_dropped = 0;   // not IP/UDP, a link-local destination, refused by the kernel
+    uint64_t neighbors_answered = 0;  // ARP requests and solicitations answered here
+  };
+  Stats stats() const;
+
+ private:
+  struct Sock {
+    int fd = -1;
+    bool v6 = false;
+  };
+  UdpPort() = default;
+  void answer_neighbor(const Frame* f);
+  void receive(const Sock& s);
+  void cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss, uint32_t hdr);
+  void queue_ready(Frame* f);
+
+  SharedPool pool_;
+  std::vector<Frame*> ready_;  // frames for the next rx_burst (FIFO): cut runs, answers
+  size_t ready_head_ = 0;
+  std::vector<uint8_t> overflow_;  // per message of a recvmmsg: a GRO datagram's tail
+  std::array<Sock, 2> socks_;
+  size_t nsocks_ = 0;
+  size_t next_sock_ = 0;
+  int wait_fd_ = -1;   // a socket, or an epoll set of both and answers_fd_
+  int epoll_fd_ = -1;
+  int answers_fd_ = -1;  // an eventfd, readable while answers wait in ready_
+  bool answers_signalled_ = false;
+  UdpConfig cfg_;
+  uint32_t max_frame_ = 0;
+  uint32_t mtu_ = 0;
+  std::array<uint8_t, 6> mac_{};
+  bool gso_ = true;
+  std::string description_;
+  uint64_t rx_frames_ = 0, tx_frames_ = 0, rx_no_frame_ = 0, rx_oversize_ = 0;
+  uint64_t rx_gro_ = 0, tx_gso_ = 0, tx_dropped_ = 0, answered_ = 0;
+  std::array<std::atomic<uint64_t>, 2> kernel_drops_{};  // SO_RXQ_OVFL, per socket
+  uint32_t shift_len_ = 0, shift_ = 0;  // icrc_shift cached for the last run's packet length
+};
+
+}  // namespace uroce::drivers

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Unmodified verbs programs as an ordinary user (uid 65534, no capabilities) over uroce's UDP
+# port on loopback: no root, no network namespace, no kernel module, no setup. Each process
+# takes its own loopback address (127.81.N.2 server, .3 client); the programs' own TCP
+# exchange goes to 127.0.0.1. As root the script drops to uid 65534 with setpriv (and checks
+# that no capability is left); as anyone else it runs as that user.
+# Usage: udp_unprivileged.sh LIBDIR UROCE
+set -euo pipefail
+lib=$1 uroce=$2
+for p in ibv_rc_pingpong ib_write_bw rping; do
+  command -v $p >/dev/null || { echo "SKIP: $p not installed (ibverbs-utils, perftest, rdmacm-utils)"; exit 77; }
+done
+# In the sanitizer stage the ASan/UBSan runtimes are preloaded for the programs only.
+preload=${LD_PRELOAD:-}
+unset LD_PRELOAD
+# A copy of the libraries and `uroce` that uid 65534 can read, wherever the build tree is.
+work=$(mktemp -d /tmp/uroce-udp.XXXXXX)
+trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
+cp -a "$lib"/lib*.so* "$work/"
+cp "$uroce" "$work/uroce"
+chmod -R a+rX "$work"
+as_user=()
+if [ "$(id -u)" -eq 0 ]; then
+  as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all)
+fi
+who=$("${as_user[@]}" sh -c 'echo "uid $(id -u), CapEff $(sed -n "s/^CapEff:\t//p" /proc/self/status)"')
+case $who in
+  "uid 0,"*) echo "FAIL: the programs would run as root: $who"; exit 1 ;;
+  *"CapEff 0000000000000000") ;;
+  *) echo "FAIL: the programs would keep capabilities: $who"; exit 1 ;;
+esac
+echo "as $who"
+
+net=127.81.$(( $$ % 250 ))
+srv=$net.2 cli=$net.3
+tcp=$(( 20000 + $$ % 20000 ))  # the programs' exchange port, one per run
+log=$work/log
+mkdir "$log"
+
+# on ADDR PROG ARGS...: PROG under `uroce run` on the UDP port bound to ADDR, as the user.
+on() {
+  local addr=$1; shift
+  (cd / && "${as_user[@]}" env LD_PRELOAD="$preload" UROCE_PORT=udp UROCE_LIB_DIR="$work" \
+     "$work/uroce" run --ipv4 "$addr" -- timeout 60 "$@")
+}
+wait_tcp() {  # PORT PID: until something listens on TCP PORT (20 s), or PID ends
+  for _ in $(seq 200); do
+    [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server never listened on TCP $1"; return 1
+}
+
+run_pair() {  # NAME PORT EXPECT SERVER-ARGS... -- CLIENT-ARGS...
+  local name=$1 port=$2 expect=$3; shift 3
+  local sargs=(); while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
+  on "$srv" "${sargs[@]}" >"$log/server" 2>&1 &
+  local server=$!
+  wait_tcp "$port" "$server" || { cat "$log/server"; exit 1; }
+  if ! on "$cli" "$@" >"$log/client" 2>&1; then
+    echo "FAIL: $name client"; cat "$log/client"; echo "-- server:"; cat "$log/server"; exit 1
+  fi
+  wait "$server" || { echo "FAIL: $name server"; cat "$log/server"; exit 1; }
+  grep -qE "$expect" "$log/client" \
+    || { echo "FAIL: $name: no '$expect' in the client's output"; cat "$log/client"; exit 1; }
+  echo "ok: $name: $(grep -E "$expect" "$log/client" | tail -1 | tr -s ' \t' ' ')"
+  tcp=$((tcp + 1))
+}
+
+pp() {  # NAME PROG ARGS...: a pingpong pair
+  local name=$1; shift
+  run_pair "$name" "$tcp" 'iters in|^success$' "$@" -g 1 -p "$tcp" -- "$@" -g 1 -p "$tcp" 127.0.0.1
+}
+pf() {  # NAME PROG ARGS...: a perftest pair
+  local name=$1; shift
+  run_pair "$name" "$tcp" '^ [0-9]+ +[0-9]+' "$@" -x 1 -p "$tcp" -- "$@" -x 1 -p "$tcp" 127.0.0.1
+}
+
+pp ibv_rc_pingpong ibv_rc_pingpong -n 500
+pp "ibv_rc_pingpong -e" ibv_rc_pingpong -n 200 -e
+pp ibv_uc_pingpong ibv_uc_pingpong -n 200
+pp ibv_ud_pingpong ibv_ud_pingpong -n 200
+pp ibv_srq_pingpong ibv_srq_pingpong -n 200
+pp ibv_xsrq_pingpong ibv_xsrq_pingpong -n 100
+pf "ib_write_bw 64 KiB" ib_write_bw -s 65536 -n 500
+pf "ib_read_bw 64 KiB" ib_read_bw -s 65536 -n 500
+pf "ib_send_bw 64 KiB" ib_send_bw -s 65536 -n 500
+pf ib_atomic_bw ib_atomic_bw -n 500
+pf ib_write_lat ib_write_lat -n 500
+pf ib_send_lat ib_send_lat -n 500
+pf ib_read_lat ib_read_lat -n 500
+pf ib_atomic_lat ib_atomic_lat -n 500
+# librdmacm: rping verifies every byte (-V); ucmatose connects, sends, disconnects.
+run_pair "rping -V" 7174 "rdma-ping-9:" rping -s -a "$srv" -C 10 -V -- rping -c -v -V -a "$srv" -C 10
+run_pair ucmatose 7471 "return status 0" ucmatose -b "$srv" -- ucmatose -s "$srv"
+echo "all as $who over the UDP port on loopback"
