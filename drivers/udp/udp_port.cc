@@ -667,8 +667,8 @@ uint16_t UdpPort::tx_burst(uint64_t, std::span<Frame* const> frames) {
     size_t done = 0;
     if (sent > 0) {
       done = static_cast<size_t>(sent);
-    } else if (errno == EIO && members[k] > 1) {
-      gso_ = false;  // the route's device cannot segment: one packet per datagram from now
+    } else if ((errno == EIO || errno == EINVAL) && members[k] > 1) {
+      gso_ = false;  // no UDP GSO on this route (or kernel): one packet per datagram from now
       break;
     } else if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) {
       break;
