@@ -236,12 +236,7 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
     *error = "packet socket on " + ifn + ": its filter: " + std::strerror(errno);
     return nullptr;
   }
-  // Room for bursts of super-frames (root may go past net.core.rmem_max; others get that).
-  const int rcv = 32 << 20, snd = 4 << 20;
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
+  util::size_socket_buffers(fd, 32 << 20, 4 << 20);  // room for bursts of super-frames
   sockaddr_ll ll{};
   ll.sll_family = AF_PACKET;
   ll.sll_protocol = htons(ETH_P_ALL);

@@ -202,12 +202,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& cfg, std::string* error)
     if (v6) setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
     if (cfg.gso) setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
-    // Room for a window of packets (root may go past net.core.rmem_max; others get that).
-    const int rcv = 32 << 20, snd = 4 << 20;
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) != 0)
-      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) != 0)
-      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
+    util::size_socket_buffers(fd, 32 << 20, 4 << 20);  // room for a window of packets
     sockaddr_storage ss{};
     socklen_t sl;
     if (v6) {
@@ -282,8 +277,6 @@ Frame* UdpPort::alloc_frame() { return pool_.alloc(); }
 
 void UdpPort::free_frame(Frame* f) { pool_.free(f); }
 
-void UdpPort::queue_ready(Frame* f) { ready_.push_back(f); }
-
 void UdpPort::answer_neighbor(const Frame* f) {
   // An ARP request or an IPv6 neighbour solicitation from the engine: answered as if the
   // asked-for address had the Ethernet address mac_for gives it (the kernel routes the
@@ -351,7 +344,7 @@ void UdpPort::answer_neighbor(const Frame* f) {
     return;
   }
   ++answered_;
-  queue_ready(r);
+  ready_.push_back(r);
   if (!answers_signalled_) {  // the engine may be about to sleep on wait_fd
     const uint64_t one = 1;
     if (write(answers_fd_, &one, sizeof one) == sizeof one) answers_signalled_ = true;
@@ -397,7 +390,7 @@ void UdpPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t m
     if (n > from_head) std::memcpy(dst + from_head, overflow + (off + from_head - in_head), n - from_head);
     g->data = write_headers(dst, n, m, static_cast<uint16_t>(i), mac_);
     g->len = hdr + n;
-    queue_ready(g);
+    ready_.push_back(g);
   }
 }
 
@@ -486,7 +479,7 @@ void UdpPort::receive(const Sock& s) {
     f->data = write_headers(payload, first, m, 0, mac_);
     f->len = hdr + first;
     f->cap = max_frame_;
-    queue_ready(f);
+    ready_.push_back(f);
     if (run) {
       ++rx_gro_;
       cut(f, overflow_.data() + size_t{kOverflow} * k, len, gro, hdr);

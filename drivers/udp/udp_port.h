@@ -85,7 +85,6 @@ class UdpPort final : public Port {
   void answer_neighbor(const Frame* f);
   void receive(const Sock& s);
   void cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss, uint32_t hdr);
-  void queue_ready(Frame* f);
 
   SharedPool pool_;
   std::vector<Frame*> ready_;  // frames for the next rx_burst (FIFO): cut runs, answers
