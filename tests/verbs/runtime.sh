@@ -38,7 +38,12 @@ fi
 # tests running beside this one kill uroce processes of their own, whose files stay until the
 # next open reaps them.
 ip netns exec "$ns" env -u UROCE_IFACE LD_LIBRARY_PATH="$lib" UROCE_CONFIG="$dir/uroce.conf" \
-  timeout 300 sh -c 'echo $$ >"$0"; exec "$@"' "$dir/pid" "$@"
+  timeout 300 sh -c 'echo $$ >"$0"; exec "$@"' "$dir/pid" "$@" || {
+  rc=$?
+  [ $rc -ne 124 ] || echo "FAIL: still running after 300 s (stopped by timeout)"
+  [ $rc -le 128 ] || [ $rc -eq 124 ] || echo "FAIL: the program died by signal $((rc - 128))"
+  exit $rc
+}
 # A clean exit leaves no counters file.
 pid=$(cat "$dir/pid")
 for f in /dev/shm/uroce-"$pid"-*; do

@@ -919,11 +919,14 @@ static int mode_fork(void) {
   CHECK(shm_exists(getpid()), "no counters file for this process");
   const char* port = getenv("UROCE_PORT");
   const int dpdk = port != NULL && strcmp(port, "dpdk") == 0;
+  /* Where it got to, on stderr as it goes: a run that hangs (issue 40's run 21, ASan beside a
+   * CPU hog: 300 s and no output at all) says which side stopped where. The parent dies by
+   * SIGALRM after 240 s (runtime.sh reports it), the child after 60 s (said below), both well
+   * inside ctest's timeout. */
+  alarm(240);
+  fprintf(stderr, "fork: the parent's first exchange is done; forking\n");
   const pid_t pid = fork();
   if (pid == 0) {
-    /* A child stuck on a lock copied while held dies (SIGALRM, said below) instead of hanging
-     * the test until ctest's timeout with nothing to show (issue 40's run 21, ASan beside a
-     * CPU hog: 300 s, no output). */
     alarm(60);
     if (dpdk) {
       struct ibv_context* cc = open_named("uroce0");
@@ -931,16 +934,20 @@ static int mode_fork(void) {
     }
     struct ep ca, cb;
     struct ibv_context* cc = open_pair(&ca, &cb, 0);
+    fprintf(stderr, "fork: the child opened its device and connected its pair\n");
     exchange(&ca, &cb, 12);
     exchange(&cb, &ca, 13);
+    fprintf(stderr, "fork: the child's exchanges are done\n");
     CHECK(shm_exists(getpid()), "the child's device has no counters file of its own");
     ep_free(&ca);
     ep_free(&cb);
     CHECK(ibv_close_device(cc) == 0, "the child's close");
+    fprintf(stderr, "fork: the child closed its device; exiting\n");
     exit(0);
   }
   int st = 0;
   waitpid(pid, &st, 0);
+  fprintf(stderr, "fork: the child is gone (status 0x%x)\n", (unsigned)st);
   CHECK(!WIFSIGNALED(st), "the child was killed by signal %d (14: stuck 60 s after fork)",
         WTERMSIG(st));
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s (%d)",
@@ -952,6 +959,7 @@ static int mode_fork(void) {
   ep_free(&a);
   ep_free(&b);
   CHECK(ibv_close_device(c) == 0, "close");
+  alarm(0);
   printf("ok: fork: the parent's device keeps working, the child %s, and its exit leaves the "
          "parent's files\n",
          dpdk ? "cannot open one on DPDK (ENODEV)" : "moved data over a device of its own");
