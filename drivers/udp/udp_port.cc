@@ -158,7 +158,15 @@ wire::MacAddr UdpPort::mac_for(const wire::Gid& ip) {
           static_cast<uint8_t>(h >> 32)};
 }
 
-std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& cfg, std::string* error) {
+wire::Ipv4Addr UdpPort::loopback_candidate(uint32_t n) {
+  if (n < 253) return {127, 0, 0, static_cast<uint8_t>(n + 2)};
+  n -= 253;
+  return {127, 0, static_cast<uint8_t>(1 + n / 254), static_cast<uint8_t>(1 + n % 254)};
+}
+
+std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* error) {
+  UdpConfig cfg = given;
+  if (cfg.loopback_auto && !cfg.ipv4 && !cfg.ipv6) cfg.ipv4 = loopback_candidate(0);
   if (!cfg.ipv4 && !cfg.ipv6) {
     *error = "the udp port needs an address to bind: set ipv4 (or ipv6), e.g. ipv4 = 127.0.0.2";
     return nullptr;
@@ -168,8 +176,8 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& cfg, std::string* error)
              " is link-local): set ipv6 to a global one, or use ipv4";
     return nullptr;
   }
+  const bool pick = given.loopback_auto && !given.ipv4 && !given.ipv6;
   std::unique_ptr<UdpPort> p(new UdpPort());
-  p->cfg_ = cfg;
   p->gso_ = cfg.gso;
   const int one = 1;
   std::string ifname;
@@ -218,8 +226,21 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& cfg, std::string* error)
       std::memcpy(&s->sin_addr, cfg.ipv4->data(), 4);
       sl = sizeof *s;
     }
-    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) != 0) {
+    int rc = bind(fd, reinterpret_cast<sockaddr*>(&ss), sl);
+    // Taken by another process: the next candidate (the bind itself is the claim, so two
+    // processes starting at once never both get one).
+    for (uint32_t n = 1; pick && rc != 0 && errno == EADDRINUSE && n < kLoopbackCandidates; ++n) {
+      cfg.ipv4 = loopback_candidate(n);
+      std::memcpy(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, cfg.ipv4->data(), 4);
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&ss), sl);
+    }
+    if (rc != 0) {
       const int e = errno;
+      if (pick && e == EADDRINUSE) {
+        *error = "no free loopback address from 127.0.0.2 to 127.0.15.254 (that many uroce "
+                 "processes?): give this one its own with ipv4 = ...";
+        return nullptr;
+      }
       *error = e == EADDRINUSE
                    ? where + " is taken (another uroce device or process?): give each its " +
                          "own address (ipv4 = 127.0.0.2, 127.0.0.3, ... on loopback)"
@@ -230,6 +251,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& cfg, std::string* error)
       return nullptr;
     }
   }
+  p->cfg_ = cfg;
   p->mtu_ = mtu_of(p->socks_[0].fd, cfg, &ifname);
   if (p->mtu_ == 0) p->mtu_ = 1500;
   p->max_frame_ = std::min(p->mtu_, kMaxFrameMtu) + 14;

@@ -40,6 +40,9 @@ namespace uroce::drivers {
 struct UdpConfig {
   std::optional<wire::Ipv4Addr> ipv4;  // bound (address:udp_port); at least one of the two
   std::optional<wire::Ipv6Addr> ipv6;  // a global address (link-local ones need a scope)
+  // Neither given: take the first free loopback address of loopback_candidate's order (each
+  // process on a host its own, with no configuration); ipv4() says which.
+  bool loopback_auto = false;
   uint16_t udp_port = 4791;            // RoCEv2's; tests may take another
   bool gso = true;                     // runs of packets as one UDP GSO send; UDP_GRO
   uint32_t frames = 4096;              // frame buffers
@@ -62,6 +65,13 @@ class UdpPort final : public Port {
   /// The Ethernet address the port gives an IP address (locally administered, unicast):
   /// 02:00 and the IPv4 address, or 06 and five bytes of a hash of the IPv6 one.
   static wire::MacAddr mac_for(const wire::Gid& ip);
+  /// The n-th address loopback_auto tries (n < kLoopbackCandidates): 127.0.0.2 ... 127.0.0.254,
+  /// then 127.0.1.1 ... 127.0.1.254 and so on (no .0 or .255; 127.0.0.1 stays the host's, the
+  /// address programs are told to reach a server at: docs/udp.md).
+  static wire::Ipv4Addr loopback_candidate(uint32_t n);
+  static constexpr uint32_t kLoopbackCandidates = 253 + 254 * 15;  // up to 127.0.15.254
+  /// The IPv4 address bound (the one chosen, with loopback_auto).
+  const std::optional<wire::Ipv4Addr>& ipv4() const { return cfg_.ipv4; }
   /// The interface MTU the bound address routes over (the largest one of its interface).
   uint32_t mtu() const { return mtu_; }
   /// One line for `uroce devinfo`.

@@ -61,7 +61,8 @@ struct Endpoint {
   bool ipv6() const { return !wire::is_ipv4_mapped(ip); }
   bool wildcard() const;
   /// 127.0.0.0/8 or ::1: bound without a device (as the kernel's rdma_bind_addr leaves
-  /// id->verbs NULL for it), and never matched by a request from the wire.
+  /// id->verbs NULL for it); a listener there takes requests to the device's own loopback
+  /// addresses only (the udp port on loopback), never one to another address.
   bool loopback() const;
 };
 
@@ -108,6 +109,13 @@ class ConnectionManager {
   /// this interface may own it; the provider knows. Unset: never.)
   using Unowned = std::function<bool(uint16_t ps, uint16_t port, const wire::Gid& ip)>;
   void set_unowned(Unowned u) { unowned_ = std::move(u); }
+
+  /// The udp port on loopback: each process has a 127.0.0.x of its own, and a client that
+  /// resolves 127.0.0.1 (any loopback address not its own) means the process listening on
+  /// that port. Where that is (cm/rendezvous.h; the provider looks), or nothing yet: the
+  /// resolution waits for a listener until its timeout. Unset: the address is taken as given.
+  using Rendezvous = std::function<std::optional<wire::Gid>(uint16_t ps, uint16_t port)>;
+  void set_rendezvous(Rendezvous r) { rendezvous_ = std::move(r); }
 
   /// Timeouts, in ns (tests shorten them).
   struct Timing {
@@ -247,6 +255,7 @@ class ConnectionManager {
   Sink sink_;
   NewHandle new_handle_;
   Unowned unowned_;
+  Rendezvous rendezvous_;
   Timing timing_;
   std::mt19937_64 rng_;
   uint32_t tid_hi_ = 0;

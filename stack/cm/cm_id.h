@@ -26,6 +26,7 @@ struct ConnectionManager::Id {
   // Resolution and the path.
   Path path;
   bool have_path = false;
+  bool asks_rendezvous = false;  // dst is 127.0.0.1: the listener's own address is not known yet
   uint64_t deadline = UINT64_MAX;  // a timer (resend, resolution, time wait)
   // The connection.
   uint32_t local_comm_id = 0;

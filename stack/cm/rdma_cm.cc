@@ -69,13 +69,21 @@ ConnectionManager::Id* ConnectionManager::find(uint64_t handle) const {
 ConnectionManager::Id* ConnectionManager::listener_for(uint16_t ps, uint16_t port,
                                                        const Gid& dst) const {
   Id* wild = nullptr;
+  Id* host = nullptr;
+  // A listener bound to a loopback address (127.0.0.1, say) takes requests to any loopback
+  // address of this device: on the udp port on loopback each process has a 127.0.0.x of its
+  // own, and its programs listen on 127.0.0.1 (docs/udp.md). From this host only, as the
+  // kernel's loopback listeners.
+  const bool to_loopback = Endpoint{dst, port}.loopback() && engine_.gid_index(dst) >= 0;
   for (const auto& [h, id] : ids_) {
     if (id->state != State::kListen || id->ps != ps || id->src.port != port) continue;
     if (id->src.ip == dst) return id.get();
+    if (to_loopback && id->src.loopback() && id->src.ipv6() == !wire::is_ipv4_mapped(dst))
+      host = id.get();
     // A wildcard listener takes either family, as the kernel's (AF_INET6 without AFONLY).
     if (id->src.wildcard()) wild = id.get();
   }
-  return wild;
+  return host != nullptr ? host : wild;
 }
 
 void ConnectionManager::emit(const Id& id, int type, int status, const uint8_t* pdata,
@@ -191,8 +199,12 @@ int ConnectionManager::resolve_addr(uint64_t handle, const Endpoint& src, const 
   id->dst = dst;
   id->bound = true;
   id->have_path = false;
+  // From a device on loopback to a loopback address it does not have: the rendezvous says
+  // which process that is (poll()).
+  id->asks_rendezvous = rendezvous_ && src.loopback() && dst.loopback() &&
+                        src.ipv6() == dst.ipv6() && engine_.gid_index(dst.ip) < 0;
   wire::MacAddr mac;
-  engine_.resolve(dst.ip, &mac);
+  if (!id->asks_rendezvous) engine_.resolve(dst.ip, &mac);
   set_state(*id, State::kAddrQuery);
   arm(*id, engine_.now() + static_cast<uint64_t>(std::max(timeout_ms, 1)) * 1'000'000);
   next_deadline_ = engine_.now();  // look at the neighbour at the next poll
@@ -361,6 +373,24 @@ size_t ConnectionManager::poll() {
   // Timers and resolutions.
   std::vector<uint64_t> due;
   for (const auto& [h, id] : ids_) {
+    if (id->state == State::kAddrQuery && id->asks_rendezvous) {
+      if (const auto ip = rendezvous_(id->ps, id->dst.port)) {
+        id->asks_rendezvous = false;
+        id->dst.ip = *ip;
+        wire::MacAddr mac;
+        engine_.resolve(*ip, &mac);
+      } else if (id->deadline <= now) {
+        // Nobody listens on that port on this host: as a connection refused.
+        id->deadline = UINT64_MAX;
+        id->asks_rendezvous = false;
+        set_state(*id, State::kIdle);
+        emit(*id, kAddrError, -ECONNREFUSED);
+        ++work;
+        continue;
+      } else {
+        continue;  // asked again at the next look (every millisecond, below)
+      }
+    }
     if (id->state == State::kAddrQuery) {
       wire::MacAddr mac;
       const NeighborState ns = engine_.neighbor_state(id->dst.ip, &mac);

@@ -420,10 +420,13 @@ bool fill_addresses(DeviceConfig* dev, std::string* error) {
     *error = "cannot list interface addresses: " + std::string(std::strerror(errno));
     return false;
   }
+  const bool none_given = !dev->ipv6;  // (and no ipv4: returned above)
   bool found_iface = false;
+  bool loopback = false;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
     if (a->ifa_name == nullptr || dev->iface != a->ifa_name) continue;
     found_iface = true;
+    loopback = loopback || (a->ifa_flags & IFF_LOOPBACK) != 0;
     if (a->ifa_addr == nullptr) continue;
     if (a->ifa_addr->sa_family == AF_INET && !dev->ipv4) {
       wire::Ipv4Addr ip;
@@ -436,6 +439,14 @@ bool fill_addresses(DeviceConfig* dev, std::string* error) {
     }
   }
   freeifaddrs(list);
+  if (loopback && none_given && dev->port == DeviceConfig::PortKind::kUdp) {
+    // The udp port on loopback with no address given: each process takes a free 127.0.0.x
+    // of its own when it opens the device (UdpConfig::loopback_auto), not lo's 127.0.0.1 and
+    // ::1, which two processes could not both bind.
+    dev->ipv4.reset();
+    dev->ipv6.reset();
+    return true;
+  }
   if (!dev->ipv4 && !dev->ipv6) {
     *error = found_iface ? "interface '" + dev->iface +
                                "' has no IP address: give it one (ip addr add) or set ipv4 = ..."

@@ -133,7 +133,9 @@ bool apply_env(const Env& env, Config* cfg, std::string* error);
 bool load(const Env& env, Config* out, std::string* error);
 
 /// Fills ipv4/ipv6 from the Linux interface when they are not set (getifaddrs in the
-/// current network namespace). Devices given by devargs must set their addresses.
+/// current network namespace). Devices given by devargs must set their addresses. The udp
+/// port on a loopback interface with neither given keeps both unset: the port takes a free
+/// loopback address per process (UdpConfig::loopback_auto).
 bool fill_addresses(DeviceConfig* dev, std::string* error);
 
 }  // namespace uroce::config

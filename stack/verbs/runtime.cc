@@ -416,8 +416,10 @@ Runtime* open_runtime(Device* d) {
     uc.ipv4 = dc.ipv4;
     uc.ipv6 = dc.ipv6;
     uc.gso = dc.gso;
+    uc.loopback_auto = !dc.ipv4 && !dc.ipv6;  // on loopback, nothing given (fill_addresses)
     auto up = drivers::UdpPort::open(uc, &err);
     if (up) {
+      dc.ipv4 = up->ipv4();  // the one it took, with loopback_auto
       description = up->describe();
       rt->port_counters = [p = up.get()](uint64_t* v) {
         const drivers::UdpPort::Stats s = p->stats();

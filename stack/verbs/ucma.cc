@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,11 +27,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "cm/cm.h"
+#include "cm/rendezvous.h"
 #include "verbs/provider.h"
 #include "util/sys.h"
 #include "verbs/uroce_cm_abi.h"
@@ -60,6 +64,7 @@ struct IdRec {
   ibv_qp_type type = IBV_QPT_RC;
   std::vector<std::pair<Runtime*, ibv_context*>> devs;  // where the id lives (several: wildcard)
   int port_fd = -1;  // the port's reservation
+  std::vector<int> named;  // a listener's names in the loopback rendezvous (cm/rendezvous.h)
   sockaddr_storage bound{};
   int tos = -1;          // rdma_set_option values given before the id had a device
   int ack_timeout = -1;
@@ -157,12 +162,65 @@ int reserve_port(uint16_t ps, cm::Endpoint* ep) {
 }
 
 /// Nobody holds `port` on `ip` (no uroce process listens there): a request may be rejected.
+/// For a loopback address, nobody on the host may hold it at all: a listener bound to
+/// 127.0.0.1 (or the wildcard) takes requests to its process's own 127.0.0.x.
 bool port_is_free(uint16_t ps, uint16_t port, const wire::Gid& ip) {
   cm::Endpoint ep{ip, port};
+  if (ep.loopback() && !ep.ipv6()) ep.ip = wire::ipv4_mapped_gid({0, 0, 0, 0});
   const int fd = reserve_port(ps, &ep);
   if (fd < 0) return false;
   close(fd);
   return true;
+}
+
+// ---- The rendezvous on loopback (cm/rendezvous.h) --------------------------------------
+
+/// The device's IPv4 addresses in 127.0.0.0/8 (the udp port on loopback has one).
+std::vector<wire::Ipv4Addr> loopback_ipv4s(Runtime* rt) {
+  std::vector<wire::Ipv4Addr> out;
+  EngineLock lock(rt);
+  for (int g = 0; g < rt->engine->gid_count(); ++g) {
+    ibv_gid gid;
+    if (rt->engine->query_gid(1, g, &gid) != 0) continue;
+    wire::Gid w;
+    std::memcpy(w.data(), gid.raw, 16);
+    if (wire::is_ipv4_mapped(w) && w[12] == 127) out.push_back({w[12], w[13], w[14], w[15]});
+  }
+  return out;
+}
+
+/// Names a listener on `ps`:`port` bound to a loopback address or the wildcard, once for each
+/// loopback address of its devices. The sockets, which hold the names until closed.
+std::vector<int> name_listener(uint16_t ps, uint16_t port,
+                               const std::vector<std::pair<Runtime*, ibv_context*>>& devs) {
+  std::vector<int> fds;
+  for (const auto& [rt, ctx] : devs)
+    for (const wire::Ipv4Addr& ip : loopback_ipv4s(rt)) {
+      const int fd = util::kernel_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      const std::string name = cm::rendezvous_name(ps, port, ip);
+      std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+      const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+      if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0)
+        fds.push_back(fd);
+      else
+        close(fd);  // the same name twice in one process (a wildcard and a loopback listener)
+    }
+  return fds;
+}
+
+/// The address of the uroce process listening on `ps`:`port` on loopback, from the names in
+/// /proc/net/unix.
+std::optional<wire::Ipv4Addr> find_listener(uint16_t ps, uint16_t port) {
+  const int fd = open("/proc/net/unix", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[16384];
+  for (ssize_t r; (r = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(r));
+  close(fd);
+  return cm::rendezvous_find(text, ps, port);
 }
 
 void deliver(Runtime* rt, const cm::Event& e);
@@ -175,6 +233,10 @@ cm::ConnectionManager* cm_of(Runtime* rt) {
         *rt->engine, [rt](const cm::Event& e) { deliver(rt, e); },
         [] { return g_next_handle.fetch_add(1); }, seed, cm::ConnectionManager::Timing{});
     rt->cm->set_unowned(port_is_free);
+    rt->cm->set_rendezvous([](uint16_t ps, uint16_t port) -> std::optional<wire::Gid> {
+      if (const auto ip = find_listener(ps, port)) return wire::ipv4_mapped_gid(*ip);
+      return std::nullopt;
+    });
   }
   return rt->cm.get();
 }
@@ -445,6 +507,7 @@ void uroce_cm_destroy_id(uint64_t h) {
   }
   refuse_requests(reqs);
   if (rec.port_fd >= 0) close(rec.port_fd);
+  for (const int fd : rec.named) close(fd);
 }
 
 int uroce_cm_migrate_id(uint64_t h, int channel_fd) {
@@ -605,13 +668,45 @@ int listen_on(uint64_t h, ibv_context** devs, int n, int backlog) {
 }  // namespace
 
 int uroce_cm_listen(uint64_t h, ibv_context** devs, int n, int backlog) {
+  IdRec rec;
+  if (!lookup(h, &rec)) return EINVAL;
+  // Bound to 127.0.0.1 or the wildcard: clients on this host that connect to 127.0.0.1 find
+  // this process's own loopback address in the rendezvous. Named before the port is seen to
+  // listen, so that a client which waits for that (`ss -ltn`) finds the name.
+  cm::Endpoint ep;
+  std::vector<int> named;
+  if (rec.named.empty() && rec.port_fd >= 0 &&
+      to_endpoint(reinterpret_cast<const sockaddr*>(&rec.bound), &ep) &&
+      (ep.loopback() || ep.wildcard())) {
+    std::vector<std::pair<Runtime*, ibv_context*>> where = rec.devs;
+    if (where.empty())
+      for (int i = 0; i < n; ++i) where.emplace_back(runtime_of(devs[i]), devs[i]);
+    named = name_listener(rec.ps, ep.port, where);
+  }
+  auto unname = [&named] {
+    for (const int fd : named) close(fd);
+    named.clear();
+  };
   // The reservation listens too (TCP port spaces): `ss -ltn` then shows who has the port, and
   // of two processes bound to one port (SO_REUSEADDR, reserve_port) only one may listen.
-  IdRec rec;
-  if (lookup(h, &rec) && rec.ps != wire::kRdmaPsUdp && rec.port_fd >= 0 &&
-      listen(rec.port_fd, 1) != 0)
-    return errno;
-  return listen_on(h, devs, n, backlog);
+  if (rec.ps != wire::kRdmaPsUdp && rec.port_fd >= 0 && listen(rec.port_fd, 1) != 0) {
+    const int e = errno;
+    unname();
+    return e;
+  }
+  if (const int r = listen_on(h, devs, n, backlog); r != 0) {
+    unname();
+    return r;
+  }
+  if (named.empty()) return 0;
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_ids->find(h);
+  if (it == g_ids->end() || !it->second.named.empty()) {
+    unname();
+    return 0;
+  }
+  it->second.named = std::move(named);
+  return 0;
 }
 
 int uroce_cm_connect(uint64_t h, const uroce_cm_param* p, const void* pdata, uint8_t len) {

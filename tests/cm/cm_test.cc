@@ -7,10 +7,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cm/cm.h"
+#include "cm/rendezvous.h"
 #include "../engine/harness.h"
 #include "wire/icrc.h"
 
@@ -103,10 +106,11 @@ constexpr uint64_t kListen = 100;  // B's listener
 constexpr uint64_t kActive = 200;  // A's id
 
 struct CmFixture : ::testing::Test {
-  CmFixture()
-      : ta(link.a()), tb(link.b()), a(ta, kIpA, 11), b(tb, kIpB, 12) {
-    a.engine->set_neighbor(wire::ipv4_mapped_gid(kIpB), link.b().mac());
-    b.engine->set_neighbor(wire::ipv4_mapped_gid(kIpA), link.a().mac());
+  CmFixture() : CmFixture(kIpA, kIpB) {}
+  CmFixture(const wire::Ipv4Addr& ipa, const wire::Ipv4Addr& ipb)
+      : ip_a(ipa), ip_b(ipb), ta(link.a()), tb(link.b()), a(ta, ipa, 11), b(tb, ipb, 12) {
+    a.engine->set_neighbor(wire::ipv4_mapped_gid(ip_b), link.b().mac());
+    b.engine->set_neighbor(wire::ipv4_mapped_gid(ip_a), link.a().mac());
     timing.cm_response_timeout = 8;  // 4.096 us * 2^8 = 1.05 ms between resends
     timing.max_cm_retries = 3;
     timing.timewait_ns = 5'000'000;
@@ -162,7 +166,7 @@ struct CmFixture : ::testing::Test {
   /// A's id resolved to `dst` (address, route) and its QP in INIT: ready to connect.
   void resolve_active(const Endpoint& dst) {
     ASSERT_EQ(cma->create(kActive, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
-    ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), dst, 2000), 0);
+    ASSERT_EQ(cma->resolve_addr(kActive, ep(ip_a, 40000), dst, 2000), 0);
     ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
     ASSERT_EQ(cma->resolve_route(kActive), 0);
     qa = make_qp(a, {});
@@ -172,10 +176,10 @@ struct CmFixture : ::testing::Test {
   void listen_and_connect(uint16_t to_port = kPort, ibv_qp_type type = IBV_QPT_RC,
                           uint16_t ps = wire::kRdmaPsTcp) {
     ASSERT_EQ(cmb->create(kListen, ps, type), 0);
-    ASSERT_EQ(cmb->bind(kListen, ep(kIpB, kPort)), 0);
+    ASSERT_EQ(cmb->bind(kListen, ep(ip_b, kPort)), 0);
     ASSERT_EQ(cmb->listen(kListen, 8), 0);
     ASSERT_EQ(cma->create(kActive, ps, type), 0);
-    ASSERT_EQ(cma->resolve_addr(kActive, ep(kIpA, 40000), ep(kIpB, to_port), 2000), 0);
+    ASSERT_EQ(cma->resolve_addr(kActive, ep(ip_a, 40000), ep(ip_b, to_port), 2000), 0);
     ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
     ASSERT_EQ(cma->resolve_route(kActive), 0);
     ASSERT_TRUE(has(ev_a, cm::kRouteResolved));
@@ -260,6 +264,7 @@ struct CmFixture : ::testing::Test {
   }
   uint64_t counter(Side& s, Counter c) { return s.engine->counters().get(c); }
 
+  wire::Ipv4Addr ip_a, ip_b;  // the sides' addresses (kIpA, kIpB unless given)
   drivers::MemLink link;
   TapPort ta, tb;
   Side a, b;
@@ -477,6 +482,123 @@ TEST_F(CmFixture, ALoopbackAddressBindsAndListensButNoRequestFromTheWireMatchesI
   listen_and_connect(9999);
   ASSERT_TRUE(run([&] { return has(ev_a, cm::kRejected); }));
   EXPECT_FALSE(has(ev_b, cm::kConnectRequest));
+}
+
+// The udp port on loopback: each process has a 127.0.0.x of its own, and programs listen on
+// 127.0.0.1 (docs/udp.md).
+struct LoopbackCm : CmFixture {
+  LoopbackCm() : CmFixture({127, 0, 0, 5}, {127, 0, 0, 6}) {}
+};
+
+TEST_F(LoopbackCm, AClientOf127001WaitsForTheRendezvousAndReachesTheListenerThere) {
+  start_cms();
+  // The rendezvous knows nobody on the port for the first 20 looks (the server has not
+  // listened yet), then B.
+  int looks = 0;
+  cma->set_rendezvous([&](uint16_t ps, uint16_t port) -> std::optional<wire::Gid> {
+    EXPECT_EQ(ps, wire::kRdmaPsTcp);
+    EXPECT_EQ(port, kPort);
+    if (++looks <= 20) return std::nullopt;
+    return wire::ipv4_mapped_gid(ip_b);
+  });
+  ASSERT_EQ(cmb->create(kListen, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cmb->bind(kListen, ep({127, 0, 0, 1}, kPort)), 0);
+  ASSERT_EQ(cmb->listen(kListen, 8), 0);
+  resolve_active(ep({127, 0, 0, 1}, kPort));
+  EXPECT_GT(looks, 20);
+  EXPECT_EQ(last(ev_a, cm::kAddrResolved)->dst.ip, wire::ipv4_mapped_gid(ip_b));
+  cm::ConnParam p;
+  p.qp_num = qa->qpn;
+  p.responder_resources = 4;
+  p.initiator_depth = 4;
+  ASSERT_EQ(cma->connect(kActive, p, nullptr, 0), 0);
+  ASSERT_NE(accept_request(), 0u);
+  establish_active();
+  ASSERT_TRUE(run([&] { return has(ev_b, cm::kEstablished); }));
+  send_through(a, qa, b, qb, 0x5A);
+  send_through(b, qb, a, qa, 0xA5);
+}
+
+TEST_F(LoopbackCm, WithNobodyListeningTheResolutionEndsAtItsTimeoutAsRefused) {
+  start_cms();
+  int looks = 0;
+  cma->set_rendezvous([&](uint16_t, uint16_t) -> std::optional<wire::Gid> {
+    ++looks;
+    return std::nullopt;
+  });
+  ASSERT_EQ(cma->create(kActive, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  const uint64_t t0 = a.engine->now();  // the CM's clock
+  ASSERT_EQ(cma->resolve_addr(kActive, ep(ip_a, 40000), ep({127, 0, 0, 1}, kPort), 50), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrError); }));
+  EXPECT_EQ(last(ev_a, cm::kAddrError)->status, -ECONNREFUSED);
+  EXPECT_GE(a.engine->now() - t0, 50'000'000u);  // asked until the timeout it was given
+  EXPECT_GE(looks, 40);             // about once a millisecond
+  EXPECT_EQ(cma->state(kActive), cm::State::kIdle);
+  // A loopback address of its own is no question for the rendezvous.
+  const int before = looks;
+  ASSERT_EQ(cma->resolve_addr(kActive, ep(ip_a, 40000), ep(ip_a, kPort), 50), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kAddrResolved); }));
+  EXPECT_EQ(looks, before);
+}
+
+TEST_F(LoopbackCm, AnExactListenerGoesFirstAndAnIpv6LoopbackOneTakesNoIpv4Request) {
+  start_cms();
+  ASSERT_EQ(cmb->create(300, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cmb->bind(300, ep({127, 0, 0, 1}, kPort)), 0);
+  ASSERT_EQ(cmb->listen(300, 8), 0);
+  listen_and_connect();  // kListen, bound to B's own 127.0.0.6, takes the request
+  EXPECT_NE(accept_request(), 0u);  // (it checks the request came to kListen)
+  // Port 9999: only a listener on ::1 waits there; a request to B's IPv4 address is not its.
+  ASSERT_EQ(cmb->create(301, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  Endpoint v6{};
+  v6.ip[15] = 1;  // ::1
+  v6.port = 9999;
+  ASSERT_EQ(cmb->bind(301, v6), 0);
+  ASSERT_EQ(cmb->listen(301, 8), 0);
+  cmb->set_unowned([](uint16_t, uint16_t port, const wire::Gid&) { return port == 9999; });
+  ASSERT_EQ(cma->create(400, wire::kRdmaPsTcp, IBV_QPT_RC), 0);
+  ASSERT_EQ(cma->resolve_addr(400, ep(ip_a, 40001), ep(ip_b, 9999), 2000), 0);
+  ASSERT_TRUE(run([&] { return cma->state(400) == cm::State::kAddrResolved; }));
+  ASSERT_EQ(cma->resolve_route(400), 0);
+  Qp* q = make_qp(a, {});
+  move(*cma, a, q, 400, IBV_QPS_INIT);
+  cm::ConnParam p;
+  p.qp_num = q->qpn;
+  const size_t seen = ev_b.size();
+  ASSERT_EQ(cma->connect(400, p, nullptr, 0), 0);
+  ASSERT_TRUE(run([&] { return has(ev_a, cm::kRejected); }));
+  EXPECT_EQ(last(ev_a, cm::kRejected)->status, 8);  // invalid service ID: nobody's
+  for (size_t i = seen; i < ev_b.size(); ++i) EXPECT_NE(ev_b[i].type, cm::kConnectRequest);
+}
+
+TEST(Rendezvous, NamesAListenerAndFindsItInProcNetUnix) {
+  const std::string name = cm::rendezvous_name(wire::kRdmaPsTcp, 18515, {127, 0, 0, 5});
+  EXPECT_EQ(name, "uroce-cm:106:18515:127.0.0.5");
+  // /proc/net/unix as the kernel writes it: the abstract namespace's NUL shown as '@'.
+  const std::string text =
+      "Num       RefCount Protocol Flags    Type St Inode Path\n"
+      "0000000000000000: 00000002 00000000 00000000 0002 01 1001 @uroce-qpn-lo-0\n"
+      "0000000000000000: 00000002 00000000 00000000 0002 01 1002 @uroce-cm:106:7471:127.0.0.9\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 1003 /run/systemd/notify\n"
+      "0000000000000000: 00000002 00000000 00000000 0002 01 1004 @uroce-cm:111:18515:127.0.0.7\n"
+      "0000000000000000: 00000002 00000000 00000000 0002 01 1005 @" + name + "\n"
+      "0000000000000000: 00000002 00000000 00000000 0002 01 1006 @uroce-cm:106:18515:127.0.0.8";
+  const auto tcp = cm::rendezvous_find(text, wire::kRdmaPsTcp, 18515);
+  ASSERT_TRUE(tcp.has_value());
+  EXPECT_EQ(*tcp, (wire::Ipv4Addr{127, 0, 0, 5}));  // the first one named on that port
+  const auto udp = cm::rendezvous_find(text, wire::kRdmaPsUdp, 18515);
+  ASSERT_TRUE(udp.has_value());
+  EXPECT_EQ(*udp, (wire::Ipv4Addr{127, 0, 0, 7}));  // port spaces apart
+  EXPECT_FALSE(cm::rendezvous_find(text, wire::kRdmaPsTcp, 1851).has_value());  // no prefix match
+  EXPECT_FALSE(cm::rendezvous_find(text, wire::kRdmaPsTcp, 7472).has_value());
+  EXPECT_FALSE(cm::rendezvous_find("", wire::kRdmaPsTcp, 7471).has_value());
+  // Damaged or foreign names are passed over.
+  EXPECT_FALSE(cm::rendezvous_find("x 1 @uroce-cm:106:7471:127.0.0\n"
+                                   "x 1 @uroce-cm:106:7471:\n"
+                                   "x 1 @uroce-cm:106:7471:127.0.0.1.2.3.4.5\n"
+                                   "@uroce-cm:106:7471:127.0.0.3",
+                                   wire::kRdmaPsTcp, 7471)
+                   .has_value());
 }
 
 TEST_F(CmFixture, AServiceAnotherProcessMayHoldIsLeftAloneAndTheClientTimesOut) {

@@ -249,5 +249,31 @@ TEST(Config, AddressesComeFromTheInterface) {
   EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
 }
 
+TEST(Config, TheUdpPortOnLoopbackLeavesTheAddressToEachProcess) {
+  // lo's own 127.0.0.1 and ::1 could be bound by one process only: the port picks a free
+  // 127.0.0.x per process (UdpConfig::loopback_auto).
+  DeviceConfig d;
+  d.iface = "lo";
+  d.port = DeviceConfig::PortKind::kUdp;
+  std::string err;
+  ASSERT_TRUE(fill_addresses(&d, &err)) << err;
+  EXPECT_FALSE(d.ipv4.has_value());
+  EXPECT_FALSE(d.ipv6.has_value());
+  // An address given is kept (and nothing is added to it).
+  DeviceConfig given = d;
+  given.ipv4 = wire::Ipv4Addr{127, 0, 0, 9};
+  ASSERT_TRUE(fill_addresses(&given, &err)) << err;
+  EXPECT_EQ(wire::to_string(*given.ipv4), "127.0.0.9");
+  // The same from the environment, as `uroce run` sets it with nothing configured.
+  Config c;
+  ASSERT_TRUE(load(env_of({{"UROCE_CONFIG", "/dev/null"}, {"UROCE_PORT", "udp"},
+                           {"UROCE_IFACE", "lo"}}),
+                   &c, &err))
+      << err;
+  ASSERT_EQ(c.devices.size(), 1u);
+  ASSERT_TRUE(fill_addresses(&c.devices[0], &err)) << err;
+  EXPECT_FALSE(c.devices[0].ipv4.has_value());
+}
+
 }  // namespace
 }  // namespace uroce::config

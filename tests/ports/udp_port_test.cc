@@ -7,8 +7,12 @@
 #include "udp/udp_port.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -111,6 +115,59 @@ TEST(UdpPort, OpeningErrorsNameTheFix) {
   EXPECT_EQ(UdpPort::open(again, &err), nullptr);
   EXPECT_NE(err.find("127.77.0.10:4791 is taken"), std::string::npos) << err;
   EXPECT_NE(err.find("127.0.0.2"), std::string::npos) << err;
+}
+
+TEST(UdpPort, LoopbackCandidatesRunFrom127002AndSkipEachNetworksZeroAnd255) {
+  EXPECT_EQ(UdpPort::loopback_candidate(0), (wire::Ipv4Addr{127, 0, 0, 2}));
+  EXPECT_EQ(UdpPort::loopback_candidate(252), (wire::Ipv4Addr{127, 0, 0, 254}));
+  EXPECT_EQ(UdpPort::loopback_candidate(253), (wire::Ipv4Addr{127, 0, 1, 1}));
+  EXPECT_EQ(UdpPort::loopback_candidate(253 + 253), (wire::Ipv4Addr{127, 0, 1, 254}));
+  EXPECT_EQ(UdpPort::loopback_candidate(253 + 254), (wire::Ipv4Addr{127, 0, 2, 1}));
+  EXPECT_EQ(UdpPort::loopback_candidate(UdpPort::kLoopbackCandidates - 1),
+            (wire::Ipv4Addr{127, 0, 15, 254}));
+  std::vector<wire::Ipv4Addr> all;
+  for (uint32_t n = 0; n < UdpPort::kLoopbackCandidates; ++n) {
+    const wire::Ipv4Addr a = UdpPort::loopback_candidate(n);
+    EXPECT_TRUE(a[3] != 0 && a[3] != 255 && a != (wire::Ipv4Addr{127, 0, 0, 1})) << n;
+    all.push_back(a);
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());  // each once
+}
+
+TEST(UdpPort, WithNoAddressOnLoopbackEachPortTakesAFreeOneOfItsOwn) {
+  constexpr uint16_t kPort = 47919;  // a test port: a real uroce on 4791 keeps its addresses
+  // The first candidate held by someone else (a plain socket, as another process would).
+  const int held = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in h{};
+  h.sin_family = AF_INET;
+  h.sin_port = htons(kPort);
+  const wire::Ipv4Addr first = UdpPort::loopback_candidate(0);
+  std::memcpy(&h.sin_addr, first.data(), 4);
+  const bool holding = bind(held, reinterpret_cast<sockaddr*>(&h), sizeof h) == 0;
+  UdpConfig c;
+  c.loopback_auto = true;
+  c.udp_port = kPort;
+  c.frames = 64;
+  std::string err;
+  auto a = UdpPort::open(c, &err);
+  ASSERT_NE(a, nullptr) << err;
+  auto b = UdpPort::open(c, &err);
+  ASSERT_NE(b, nullptr) << err;
+  ASSERT_TRUE(a->ipv4() && b->ipv4());
+  EXPECT_NE(*a->ipv4(), *b->ipv4());
+  if (holding) {
+    EXPECT_NE(*a->ipv4(), first);
+    EXPECT_NE(*b->ipv4(), first);
+  }
+  for (const auto* p : {a.get(), b.get()}) {
+    EXPECT_EQ((*p->ipv4())[0], 127);
+    EXPECT_NE(*p->ipv4(), (wire::Ipv4Addr{127, 0, 0, 1}));
+    EXPECT_NE(p->describe().find(wire::to_string(*p->ipv4()) + ":47919"), std::string::npos)
+        << p->describe();
+  }
+  close(held);
 }
 
 TEST(UdpPort, PacketsCrossLoopbackWithTheHeadersTheyWereBuiltWith) {

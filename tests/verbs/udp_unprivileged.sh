@@ -2,7 +2,8 @@
 # Unmodified verbs programs as an ordinary user (uid 65534, no capabilities) over uroce's UDP
 # port on loopback: no root, no network namespace, no kernel module, no setup. Each process
 # takes its own loopback address (127.81.N.2 server, .3 client); the programs' own TCP
-# exchange goes to 127.0.0.1. As root the script drops to uid 65534 with setpriv (and checks
+# exchange goes to 127.0.0.1. Then the same with nothing configured at all (`uroce run` picks
+# the port and a free 127.0.0.x per process; rdma_cm clients reach 127.0.0.1). As root the script drops to uid 65534 with setpriv (and checks
 # that no capability is left); as anyone else it runs as that user.
 # Usage: udp_unprivileged.sh LIBDIR UROCE
 set -euo pipefail
@@ -94,4 +95,27 @@ pf ib_atomic_lat ib_atomic_lat -n 500
 # librdmacm: rping verifies every byte (-V); ucmatose connects, sends, disconnects.
 run_pair "rping -V" 7174 "rdma-ping-9:" rping -s -a "$srv" -C 10 -V -- rping -c -v -V -a "$srv" -C 10
 run_pair ucmatose 7471 "return status 0" ucmatose -b "$srv" -- ucmatose -s "$srv"
+
+# Nothing configured at all (no file, no UROCE_* device setting): `uroce run` picks the UDP
+# port on loopback, each process takes a free 127.0.0.x, and a client reaches the server at
+# 127.0.0.1, as the programs' man pages say, rdma_cm included (the rendezvous, docs/udp.md).
+on() {
+  local addr=$1; shift
+  (cd / && "${as_user[@]}" env LD_PRELOAD="$preload" UROCE_CONFIG=/dev/null UROCE_LIB_DIR="$work" \
+     "$work/uroce" run -- timeout 60 "$@")
+}
+zero_pair() {  # like run_pair; each side said which device it took, and got one of its own
+  run_pair "$@"
+  local said="uroce: no device configured: uroce0 is the udp port on loopback"
+  grep -q "$said" "$log/server" && grep -q "$said" "$log/client" \
+    || { echo "FAIL: $1: no line saying what was picked"; cat "$log/server" "$log/client"; exit 1; }
+}
+zero_pair "ibv_rc_pingpong, nothing configured" "$tcp" '^ *[0-9]+ bytes in' \
+  ibv_rc_pingpong -g 1 -n 200 -p "$tcp" -- ibv_rc_pingpong -g 1 -n 200 -p "$tcp" 127.0.0.1
+zero_pair "ib_write_bw -R (rdma_cm), nothing configured" "$tcp" '^ [0-9]+ +[0-9]+' \
+  ib_write_bw -R -s 65536 -n 200 -p "$tcp" -- ib_write_bw -R -s 65536 -n 200 -p "$tcp" 127.0.0.1
+zero_pair "rping -V, nothing configured" 7174 "rdma-ping-9:" \
+  rping -s -C 10 -V -- rping -c -v -V -a 127.0.0.1 -C 10
+zero_pair "ucmatose, nothing configured" 7471 "return status 0" \
+  ucmatose -- ucmatose -s 127.0.0.1
 echo "all as $who over the UDP port on loopback"

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,8 +57,9 @@ constexpr const char* kOptionsHelp =
     "  --pcap FILE      record the device's traffic (read it with uroce-dissect)\n"
     "  --config FILE    the configuration file (see the sample uroce.conf)\n"
     "Other settings (UROCE_PORT, UROCE_FAULT, UROCE_EXCLUSIVE, ...) are read from the\n"
-    "environment. Without root: UROCE_PORT=udp --ipv4 127.0.0.2 (UDP sockets, no privileges;\n"
-    "each process its own loopback address).\n";
+    "environment. With no device configured at all, uroce0 is the udp port on loopback (UDP\n"
+    "sockets, no privileges): each process takes a free 127.0.0.x of its own, and clients\n"
+    "reach a server at 127.0.0.1 (ib_write_bw 127.0.0.1, rping -c -a 127.0.0.1).\n";
 
 constexpr const char* kRunHelp =
     "usage: uroce run [options] [--] CMD ARGS...\n"
@@ -302,7 +304,32 @@ bool give_device_files(std::string* why) {
   return true;
 }
 
+/// With no device configured anywhere (no configuration file, no UROCE_* device setting):
+/// uroce0 is the udp port on loopback, where each process takes a free 127.0.0.x of its own
+/// and a client finds a server at 127.0.0.1 (docs/udp.md). No privilege needed. Says so in
+/// one line.
+void zero_config() {
+  for (const char* where : {"UROCE_IFACE", "UROCE_DEVARGS", "UROCE_SHM", "UROCE_IPV4",
+                            "UROCE_IPV6", "UROCE_PORT"})
+    if (std::getenv(where) != nullptr) return;
+  // The file alone (other settings, --pcap say, apply to whichever device there is).
+  const uroce::config::Env env = uroce::config::process_env();
+  uroce::config::Config cfg;
+  std::string err;
+  if (!uroce::config::load([&env](const std::string& var) -> std::optional<std::string> {
+        if (var == "UROCE_CONFIG") return env(var);
+        return std::nullopt;
+      }, &cfg, &err) || !cfg.devices.empty())
+    return;  // configured (or wrongly: the library says how)
+  setenv("UROCE_PORT", "udp", 1);
+  setenv("UROCE_IFACE", "lo", 1);
+  std::fprintf(stderr,
+               "uroce: no device configured: uroce0 is the udp port on loopback, at a "
+               "127.0.0.x of this program's own; clients reach a server at 127.0.0.1\n");
+}
+
 int exec_with_uroce(char** cmd) {
+  zero_config();
   std::string looked;
   const std::string dir = lib_dir(&looked);
   if (dir.empty()) {
