@@ -228,6 +228,7 @@ int ConnectionManager::resolve_route(uint64_t handle) {
 int ConnectionManager::join_multicast(uint64_t handle, const wire::Gid& group) {
   Id* id = find(handle);
   if (id == nullptr || id->type != IBV_QPT_UD || !wire::is_multicast_gid(group)) return EINVAL;
+  if (!engine_.multicast()) return EOPNOTSUPP;  // a port without multicast (the udp port)
   if (id->state != State::kIdle && id->state != State::kAddrResolved &&
       id->state != State::kRouteResolved)
     return EINVAL;

@@ -76,7 +76,8 @@ struct EngineConfig {
   uint32_t max_srq = 1024;
   uint32_t max_srq_wr = 16384;
   uint32_t max_ah = 1u << 16;
-  uint32_t max_mcast_grp = 8192;       // multicast groups with a QP attached (rxe's limits)
+  uint32_t max_mcast_grp = 8192;       // multicast groups with a QP attached (rxe's limits);
+                                       // 0: the port carries no multicast (EOPNOTSUPP)
   uint32_t max_mcast_qp_attach = 56;   // QPs attached to one group
   uint8_t max_rd_atomic = kMaxRdAtomic;  // per QP, each direction (at most kMaxRdAtomic)
   uint32_t tx_window = 512;    // unacknowledged packets per RC QP
@@ -221,9 +222,11 @@ class Engine {
   /// ibv_attach_mcast(3) / ibv_detach_mcast(3): UD QP `qp` receives, or no longer, the
   /// datagrams sent to multicast group `gid` (DQPN 0xFFFFFF; its Q_Key is checked as for any
   /// UD datagram). 0 or the errno: EINVAL (not a UD QP, not a multicast GID; detach: not
-  /// attached), ENOMEM (max_mcast_grp groups, or max_mcast_qp_attach QPs in the group).
+  /// attached), ENOMEM (max_mcast_grp groups, or max_mcast_qp_attach QPs in the group),
+  /// EOPNOTSUPP (max_mcast_grp 0: a port without multicast, the udp port).
   /// Attaching twice is one attachment. Destroying a QP detaches it.
   int attach_mcast(Qp* qp, const wire::Gid& gid);
+  bool multicast() const { return cfg_.max_mcast_grp != 0; }  // the port carries groups
   int detach_mcast(Qp* qp, const wire::Gid& gid);
   /// Called when a group gets its first QP (true) or loses its last (false): the provider
   /// joins the group on the interface then (IGMP / MLD), as the kernel does for rdma_rxe.

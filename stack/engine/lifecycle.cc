@@ -434,6 +434,7 @@ int Engine::destroy_qp(Qp* qp) {
 }
 
 int Engine::attach_mcast(Qp* qp, const Gid& gid) {
+  if (cfg_.max_mcast_grp == 0) return EOPNOTSUPP;
   if (qp == nullptr || qp_by_num(qp->qpn) != qp || qp->type != IBV_QPT_UD ||
       !is_multicast_gid(gid))
     return EINVAL;

@@ -553,6 +553,7 @@ Runtime* open_runtime(Device* d) {
   if (dc.port == Kind::kUdp) {  // the kernel writes the IP and UDP headers (udp_port.h)
     ec.udp_src_port = wire::kRoceV2Port;
     ec.ipv4_ident_zero = true;
+    ec.max_mcast_grp = 0;  // its sockets are bound to unicast addresses (docs/udp.md)
   }
   rt->engine = std::make_unique<Engine>(*port, ec);
   rt->engine->set_verbs_tracer(rt->verbs_trace.get());

@@ -280,6 +280,25 @@ TEST(Multicast, AttachRules) {
   EXPECT_EQ(e.attach_mcast(make_qp(m.p.b, o), m.group), ENOMEM);
 }
 
+TEST(Multicast, APortWithoutMulticastSaysSoAndRefusesAttachWithEopnotsupp) {
+  // The udp port (its sockets are bound to unicast addresses): max_mcast_grp 0, as a device
+  // without multicast reports it, and attach fails rather than pretend.
+  drivers::MemLink link;
+  EngineConfig cfg;
+  cfg.max_mcast_grp = 0;
+  Side s(link.a(), kIpA, 5, cfg);
+  ibv_device_attr da;
+  s.engine->query_device(&da);
+  EXPECT_EQ(da.max_mcast_grp, 0);
+  EXPECT_EQ(da.max_total_mcast_qp_attach, 0);
+  EXPECT_FALSE(s.engine->multicast());
+  QpOptions o;
+  o.type = IBV_QPT_UD;
+  Qp* q = make_qp(s, o);
+  EXPECT_EQ(s.engine->attach_mcast(q, wire::ipv4_mapped_gid({239, 1, 2, 3})), EOPNOTSUPP);
+  EXPECT_EQ(s.engine->detach_mcast(q, wire::ipv4_mapped_gid({239, 1, 2, 3})), EINVAL);
+}
+
 TEST(Multicast, TheInterfaceJoinsAGroupWithItsFirstQpAndLeavesItWithItsLast) {
   // What the provider joins on the interface (IGMP / MLD) follows the groups exactly; a QP
   // destroyed while in two groups leaves only the one it was alone in.
