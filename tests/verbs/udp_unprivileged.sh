@@ -118,4 +118,47 @@ zero_pair "rping -V, nothing configured" 7174 "rdma-ping-9:" \
   rping -s -C 10 -V -- rping -c -v -V -a 127.0.0.1 -C 10
 zero_pair "ucmatose, nothing configured" 7471 "return status 0" \
   ucmatose -- ucmatose -s 127.0.0.1
+
+# The device view without root: a user and mount namespace in which the program keeps its uid
+# and has no capability sees /dev/infiniband/uverbs-uroce0 and /sys/class/infiniband/uroce0
+# (how UCX, MPI and rdma-core's tests find a device); the host's own view does not change.
+view=$(on - sh -c 'echo "uid $(id -u) CapEff $(sed -n "s/^CapEff:\t//p" /proc/self/status)"
+  [ -c /dev/infiniband/uverbs-uroce0 ] && echo node
+  ls /sys/class/infiniband/uroce0/device/net/; echo x >/dev/null && echo null' 2>&1)
+[ "$(echo "$view" | grep -v '^uroce:' | tr '\n' ' ')" = "uid 65534 CapEff 0000000000000000 node lo null " ] \
+  || { echo "FAIL: the device view without root:"; echo "$view"; exit 1; }
+[ ! -e /dev/infiniband/uverbs-uroce0 ] && [ ! -e /sys/class/infiniband/uroce0 ] \
+  || { echo "FAIL: the device showed in the host's own /dev or /sys/class"; exit 1; }
+echo "ok: uroce run without root: /dev/infiniband/uverbs-uroce0 and /sys/class/infiniband/uroce0/device/net/lo, as uid 65534 with no capability"
+
+# UCX (UCT and UCP, held to the verbs transports) and the MPIs over UCX, nothing configured.
+if command -v ucx_perftest >/dev/null; then
+  export UCX_NET_DEVICES=uroce0:1 UCX_TLS=rc_verbs,ud_verbs,self
+  zero_pair "ucx_perftest rc_verbs put_bw, nothing configured" 13337 "^Final:" \
+    ucx_perftest -d uroce0:1 -x rc_verbs -- \
+    ucx_perftest 127.0.0.1 -d uroce0:1 -x rc_verbs -t put_bw -n 200 -s 65536 -D zcopy
+  zero_pair "ucx_perftest UCP tag_bw 1 MiB, nothing configured" 13337 "^Final:" \
+    ucx_perftest -- ucx_perftest 127.0.0.1 -t tag_bw -n 50 -s 1048576
+  # Two ranks on this host, each its own 127.0.0.x; the ping-pong checks every byte, and lo
+  # carried at least that much.
+  mpi() {  # NAME MPICC LAUNCHER...
+    local name=$1 cc=$2; shift 2
+    command -v "$cc" >/dev/null || { echo "SKIP: $name: no $cc"; return 0; }
+    "$cc" -O2 -o "$work/mpi_pp_$name" "$(dirname "$0")/mpi_pingpong.c"
+    chmod a+rx "$work/mpi_pp_$name"
+    local tx0 tx1 verified
+    tx0=$(cat /sys/class/net/lo/statistics/tx_bytes)
+    HOME=$work/home on - timeout 120 "$@" "$work/mpi_pp_$name" >"$log/$name" 2>&1 \
+      || { echo "FAIL: $name"; cat "$log/$name"; exit 1; }
+    tx1=$(cat /sys/class/net/lo/statistics/tx_bytes)
+    verified=$(sed -n 's/^verified \([0-9]*\) bytes each way$/\1/p' "$log/$name")
+    [ -n "$verified" ] && [ $((tx1 - tx0)) -ge $((2 * verified)) ] \
+      || { echo "FAIL: $name: verified '$verified', lo carried $((tx1 - tx0))"; cat "$log/$name"; exit 1; }
+    echo "ok: $name over UCX, two ranks, nothing configured: $verified bytes verified each way"
+  }
+  mkdir -m 0777 "$work/home"  # the MPIs' own files, as the user
+  mpi openmpi mpicc.openmpi mpirun.openmpi --oversubscribe --bind-to none -np 2 \
+    --mca pml ucx --mca btl self --mca osc ^ucx -x UCX_NET_DEVICES -x UCX_TLS
+  mpi mpich mpicc.mpich mpiexec.mpich -n 2
+fi
 echo "all as $who over the UDP port on loopback"

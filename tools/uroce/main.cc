@@ -195,6 +195,112 @@ std::vector<std::string> submounts(const std::string& root) {
   return out;
 }
 
+/// The fallback that needs no privilege (give_device_files as another user than root): a user
+/// namespace of the program's own in which it keeps its uid and gid (mapped to themselves)
+/// and, once it runs, has no capability (exec by a uid other than 0 drops them), with a mount
+/// namespace in which
+/// - /dev is a tmpfs that holds each entry of the real /dev again (directories and device
+///   nodes bound, symbolic links copied), and infiniband/uverbs-<name>, a bind of /dev/null;
+/// - /sys/class is a tmpfs that holds each class of the real one bound, and infiniband/<name>
+///   /device/net/<iface> links (with the real infiniband class's entries, if there are any).
+/// Nothing is written outside the namespace, so nothing stays after the program. The real
+/// directories are reached through descriptors opened before the tmpfs covers them
+/// (/proc/self/fd/N/...). Fails (one line in *why) where user namespaces are not allowed
+/// (a container's seccomp profile, kernel.unprivileged_userns_clone = 0): docs/udp.md.
+bool view_without_root(const std::vector<std::string>& names,
+                       const std::vector<std::pair<std::string, std::string>>& netdevs,
+                       std::string* why) {
+  auto failed = [why](const std::string& step) {
+    *why = step + ": " + std::strerror(errno);
+    return false;
+  };
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return failed("a user namespace (unshare)");
+  auto put = [](const char* file, const std::string& text) {
+    const int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    return ok;
+  };
+  if (!put("/proc/self/setgroups", "deny") ||
+      !put("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1\n") ||
+      !put("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n"))
+    return failed("the user namespace's uid and gid maps");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    return failed("making / a slave mount");
+  std::vector<std::string> covered;  // the tmpfs mounted
+  // `dir` again as a tmpfs holding its old entries (through `old`, a descriptor of it).
+  auto rebuild = [&](const char* dir, int old) -> bool {
+    DIR* d = fdopendir(dup(old));
+    if (d == nullptr) return failed(std::string("reading ") + dir);
+    std::vector<std::pair<std::string, unsigned char>> entries;
+    for (dirent* e; (e = readdir(d)) != nullptr;)
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        entries.emplace_back(e->d_name, e->d_type);
+    closedir(d);
+    if (mount("uroce", dir, "tmpfs", MS_NOSUID, "mode=0755") != 0)
+      return failed(std::string("a tmpfs over ") + dir);
+    covered.emplace_back(dir);
+    const std::string from = "/proc/self/fd/" + std::to_string(old) + "/";
+    for (const auto& [name, type] : entries) {
+      const std::string src = from + name, dst = std::string(dir) + "/" + name;
+      if (type == DT_LNK) {
+        char target[PATH_MAX];
+        const ssize_t n = readlinkat(old, name.c_str(), target, sizeof target - 1);
+        if (n < 0) continue;
+        target[n] = '\0';
+        if (symlink(target, dst.c_str()) != 0) return failed(dst);
+        continue;
+      }
+      const bool is_dir = type == DT_DIR;
+      if (is_dir ? mkdir(dst.c_str(), 0755) != 0
+                 : close(open(dst.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644)) != 0)
+        return failed(dst);
+      // An entry that cannot be bound (a device node the user may not reach, say) stays empty.
+      mount(src.c_str(), dst.c_str(), nullptr, MS_BIND | (is_dir ? MS_REC : 0), nullptr);
+    }
+    return true;
+  };
+  const int dev = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int cls = open("/sys/class", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  bool ok = dev >= 0 && cls >= 0;
+  if (!ok) failed("opening /dev and /sys/class");
+  if (ok && !names.empty()) {
+    ok = rebuild("/dev", dev);
+    if (ok && mkdir("/dev/infiniband", 0755) != 0 && errno != EEXIST)
+      ok = failed("/dev/infiniband");
+    for (size_t i = 0; ok && i < names.size(); ++i) {
+      const std::string node = "/dev/infiniband/" + names[i];
+      const std::string null = "/proc/self/fd/" + std::to_string(dev) + "/null";
+      if (close(open(node.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0666)) != 0 ||
+          mount(null.c_str(), node.c_str(), nullptr, MS_BIND, nullptr) != 0)
+        ok = failed(node);
+    }
+  }
+  if (ok && !netdevs.empty()) {
+    ok = rebuild("/sys/class", cls);
+    // The real infiniband class (if the host has one) is bound there: ours beside it.
+    const std::string ib = "/sys/class/infiniband";
+    if (ok) umount2(ib.c_str(), MNT_DETACH);
+    if (ok && mkdir(ib.c_str(), 0755) != 0 && errno != EEXIST) ok = failed(ib);
+    for (size_t i = 0; ok && i < netdevs.size(); ++i) {
+      const auto& [name, iface] = netdevs[i];
+      const std::string d = ib + "/" + name, net = d + "/device/net";
+      for (const std::string& m : {d, d + "/device", net})
+        if (ok && mkdir(m.c_str(), 0755) != 0) ok = failed(m);
+      if (ok && symlink(("/sys/class/net/" + iface).c_str(), (net + "/" + iface).c_str()) != 0)
+        ok = failed(net + "/" + iface);
+    }
+  }
+  if (dev >= 0) close(dev);
+  if (cls >= 0) close(cls);
+  if (!ok)  // the real directories again, whatever stands over them
+    for (const std::string& d : covered) umount2(d.c_str(), MNT_DETACH);
+  return ok;
+}
+
 /// Gives the program what a kernel RDMA device shows in the file system and what middleware
 /// and test suites look for, without touching the host's view: in a mount namespace of the
 /// program's own,
@@ -206,11 +312,10 @@ std::vector<std::string> submounts(const std::string& root) {
 /// - /sys/class is an overlay whose upper layer holds infiniband/<name>/device/net/<iface>, a
 ///   link to /sys/class/net/<iface>, for each uroce device on a network interface: how
 ///   rdma-core's own tests (and UCX) find a device's interface and so its IP address.
-/// Each only where the host has none of its own. Needs root (CAP_SYS_ADMIN, CAP_MKNOD);
-/// without it nothing is done (README: UCX then does not list the device). Returns false with
-/// *why set to one line when a step failed; the program then runs without them.
+/// Each only where the host has none of its own. As root (CAP_SYS_ADMIN, CAP_MKNOD) here;
+/// as another user, view_without_root. Returns false with *why set to one line when a step
+/// failed; the program then runs without them (UCX then does not list the device).
 bool give_device_files(std::string* why) {
-  if (geteuid() != 0) return true;
   const char* off = std::getenv("UROCE_DEVNODE");
   if (off != nullptr && std::strcmp(off, "no") == 0) return true;
   uroce::config::Config cfg;
@@ -228,6 +333,7 @@ bool give_device_files(std::string* why) {
       netdevs.emplace_back(d.name, d.iface);
   }
   if (names.empty() && netdevs.empty()) return true;
+  if (geteuid() != 0) return view_without_root(names, netdevs, why);
   auto failed = [why](const char* step) {
     *why = std::string(step) + ": " + std::strerror(errno);
     return false;
