@@ -543,11 +543,17 @@ int uroce_cm_bind(uint64_t h, ibv_context** devs, int n, const sockaddr* addr,
   if (rec.port_fd >= 0) return EINVAL;  // bound already
   int dev = -1;
   // A loopback address binds no device (id->verbs stays NULL), as with the kernel's rdma_cm:
-  // libfabric binds "localhost" to learn that, then takes the devices' own addresses.
+  // libfabric binds "localhost" to learn that, then takes the devices' own addresses...
   if (!ep.wildcard() && !ep.loopback()) {
     wire::Gid src;
     dev = device_with(devs, n, ep.ip, &src, false);
     if (dev < 0) return EADDRNOTAVAIL;
+  } else if (ep.loopback() && !ep.ipv6()) {
+    // Unless a device is on loopback (the udp port there, each process its own 127.0.0.x):
+    // then 127.0.0.1 is that device, as the kernel's rdma_cm binds a device on lo
+    // (docs/udp.md); its listener takes requests to the device's own address.
+    for (int i = 0; i < n && dev < 0; ++i)
+      if (!loopback_ipv4s(runtime_of(devs[i])).empty()) dev = i;
   }
   const int fd = reserve_port(rec.ps, &ep);
   if (fd < 0) return -fd;
@@ -582,12 +588,17 @@ int uroce_cm_resolve_addr(uint64_t h, ibv_context** devs, int n, const sockaddr*
   if (!to_endpoint(dst, &d)) return EAFNOSUPPORT;
   IdRec rec;
   if (!lookup(h, &rec)) return EINVAL;
-  const bool have_src = src != nullptr && to_endpoint(src, &s) && !s.wildcard();
-  int dev;
+  bool have_src = src != nullptr && to_endpoint(src, &s) && !s.wildcard();
+  int dev = -1;
   if (have_src) {
     wire::Gid g;
     dev = device_with(devs, n, s.ip, &g, false);
-  } else {
+    // From 127.0.0.1 to a loopback address (rdma-core's tests take the address of the
+    // device's interface, lo): on the udp port on loopback the source is the process's own
+    // 127.0.0.x, as the destination is the server's (docs/udp.md).
+    if (dev < 0 && s.loopback() && d.loopback()) have_src = false;
+  }
+  if (!have_src) {
     dev = device_with(devs, n, d.ip, &s.ip, true);
     if (src != nullptr) {
       cm::Endpoint given;

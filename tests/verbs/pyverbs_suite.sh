@@ -9,6 +9,9 @@
 # program: the device then shows in /sys/class/infiniband with its network interface, which
 # the suite's connection manager tests look for (they run the two sides as two processes on
 # the one interface).
+# With UNPRIVILEGED=1 (and UROCE), the suite runs as uid 65534 with no capability and nothing
+# configured: `uroce run` picks the UDP port on loopback and gives the device view through a
+# user namespace (docs/udp.md); no namespace made by root, no huge pages.
 # Usage: pyverbs_suite.sh LIBDIR OUT [MIN_PASS [UROCE]]. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1 out=$2 min_pass=${3:-86} uroce=${4:-}
@@ -18,6 +21,26 @@ suite=/usr/share/doc/rdma-core/tests
 [ -f "$suite/run_tests.py" ] || { echo "SKIP: python3-pyverbs (its test suite) not installed"; exit 77; }
 ns=upv$$
 dir=$(mktemp -d)
+if [ "${UNPRIVILEGED:-0}" = 1 ]; then
+  [ -n "$uroce" ] || { echo "FAIL: UNPRIVILEGED=1 needs UROCE"; exit 1; }
+  trap 'rm -rf "$dir"' EXIT
+  # Copies uid 65534 can read (and the suite's own scratch files can be written beside).
+  mkdir "$dir/lib" "$dir/home"
+  cp -a "$lib"/lib*.so* "$dir/lib/" && cp "$uroce" "$dir/uroce"
+  cp -r "$suite" "$dir/tests"
+  find "$dir/tests" -name '*.gz' -exec gunzip {} +
+  chmod -R a+rwX "$dir"
+  preload=${LD_PRELOAD:-}
+  unset LD_PRELOAD
+  rc=0
+  (cd "$dir" && setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
+     --bounding-set=-all env LD_PRELOAD="$preload" HOME="$dir/home" UROCE_CONFIG=/dev/null \
+     UROCE_LIB_DIR="$dir/lib" timeout 900 "$dir/uroce" run -- \
+     /usr/bin/python3 tests/run_tests.py --dev uroce0 --port 1 --gid 1 -v) >"$dir/log" 2>&1 || rc=$?
+  grep -q "^uroce: no device configured" "$dir/log" \
+    || { echo "FAIL: the suite did not run with nothing configured"; head -5 "$dir/log"; exit 1; }
+fi
+if [ "${UNPRIVILEGED:-0}" != 1 ]; then
 # The suite's huge-page tests (on-demand MRs and parent domains on 2 MiB pages) want some
 # reserved: 32 for the run, given back after it (a machine that has its own keeps them).
 huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
@@ -39,6 +62,7 @@ rc=0
 (cd "$dir" && ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" UROCE_LIB_DIR="$lib" UROCE_IFACE="${ns}a" \
    timeout 900 "${run[@]}" /usr/bin/python3 tests/run_tests.py --dev uroce0 --port 1 --gid 1 -v) \
    >"$dir/log" 2>&1 || rc=$?
+fi
 tail -n 4 "$dir/log"
 /usr/bin/python3 - "$dir/log" "$out" "$min_pass" "$rc" <<'PY'
 import re, sys
