@@ -1,9 +1,12 @@
 // System calls uroce's libraries make for themselves, past any interposer.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <string>
 
 namespace uroce::util {
 
@@ -21,6 +24,16 @@ inline void size_socket_buffers(int fd, int rcv, int snd) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) != 0)
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
+}
+
+/// Writes `text` to an existing file in one write (a /proc file: uid_map, setgroups). True
+/// if all of it was taken.
+inline bool write_file(const char* path, const std::string& text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  return ok;
 }
 
 }  // namespace uroce::util

@@ -131,6 +131,20 @@ view=$(on - sh -c 'echo "uid $(id -u) CapEff $(sed -n "s/^CapEff:\t//p" /proc/se
   || { echo "FAIL: the device showed in the host's own /dev or /sys/class"; exit 1; }
 echo "ok: uroce run without root: /dev/infiniband/uverbs-uroce0 and /sys/class/infiniband/uroce0/device/net/lo, as uid 65534 with no capability"
 
+# `uroce doctor` tells the user what works here, and for what does not, why and the fix.
+doc=$( (cd / && "${as_user[@]}" env UROCE_CONFIG=/dev/null "$work/uroce" doctor 2>&1)) \
+  || { echo "FAIL: uroce doctor as the user exited non-zero:"; echo "$doc"; exit 1; }
+for want in '^udp +yes ' '^af_packet +no .*CAP_NET_RAW.*udp port' '^af_xdp +no ' \
+            '^device view +yes ' '^rdma_cm on lo +yes ' '^configuration: none'; do
+  echo "$doc" | grep -qE "$want" || { echo "FAIL: uroce doctor as the user: no '$want'"; echo "$doc"; exit 1; }
+done
+if [ "$(id -u)" -eq 0 ]; then
+  root_doc=$(UROCE_CONFIG=/dev/null "$work/uroce" doctor 2>&1)
+  echo "$root_doc" | grep -qE '^af_packet +yes ' \
+    || { echo "FAIL: uroce doctor as root: af_packet not usable?"; echo "$root_doc"; exit 1; }
+fi
+echo "ok: uroce doctor as the user: $(echo "$doc" | grep -cE '^.{19}yes ') rows yes, $(echo "$doc" | grep -cE '^.{19}no ') no, each with its fix"
+
 # UCX (UCT and UCP, held to the verbs transports) and the MPIs over UCX, nothing configured.
 if command -v ucx_perftest >/dev/null; then
   export UCX_NET_DEVICES=uroce0:1 UCX_TLS=rc_verbs,ud_verbs,self
