@@ -170,6 +170,15 @@ if command -v ucx_perftest >/dev/null; then
       || { echo "FAIL: $name: verified '$verified', lo carried $((tx1 - tx0))"; cat "$log/$name"; exit 1; }
     echo "ok: $name over UCX, two ranks, nothing configured: $verified bytes verified each way"
   }
+  # libfabric's verbs provider (msg, and rdm over ofi_rxm's rdma_cm connections): it binds
+  # the interface's 127.0.0.1, which is the device on loopback here.
+  if command -v fi_pingpong >/dev/null; then
+    zero_pair "fi_pingpong verbs msg, nothing configured" 47592 "^1k " \
+      fi_pingpong -p verbs -e msg -I 100 -- fi_pingpong -p verbs -e msg -I 100 127.0.0.1
+    zero_pair "fi_pingpong verbs;ofi_rxm rdm, nothing configured" 47592 "^1k " \
+      fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 -- \
+      fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 127.0.0.1
+  fi
   mkdir -m 0777 "$work/home"  # the MPIs' own files, as the user
   mpi openmpi mpicc.openmpi mpirun.openmpi --oversubscribe --bind-to none -np 2 \
     --mca pml ucx --mca btl self --mca osc ^ucx -x UCX_NET_DEVICES -x UCX_TLS
