@@ -165,8 +165,9 @@ wire::Ipv4Addr UdpPort::loopback_candidate(uint32_t n) {
 }
 
 std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* error) {
+  const bool pick = given.loopback_auto && !given.ipv4 && !given.ipv6;
   UdpConfig cfg = given;
-  if (cfg.loopback_auto && !cfg.ipv4 && !cfg.ipv6) cfg.ipv4 = loopback_candidate(0);
+  if (pick) cfg.ipv4 = loopback_candidate(0);
   if (!cfg.ipv4 && !cfg.ipv6) {
     *error = "the udp port needs an address to bind: set ipv4 (or ipv6), e.g. ipv4 = 127.0.0.2";
     return nullptr;
@@ -176,7 +177,6 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
              " is link-local): set ipv6 to a global one, or use ipv4";
     return nullptr;
   }
-  const bool pick = given.loopback_auto && !given.ipv4 && !given.ipv6;
   std::unique_ptr<UdpPort> p(new UdpPort());
   p->gso_ = cfg.gso;
   const int one = 1;
