@@ -149,14 +149,7 @@ std::string addr_text(bool v6, const uint8_t* a, uint16_t port) {
 
 }  // namespace
 
-wire::MacAddr UdpPort::mac_for(const wire::Gid& ip) {
-  if (wire::is_ipv4_mapped(ip)) return {0x02, 0x00, ip[12], ip[13], ip[14], ip[15]};
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (uint8_t b : ip) h = (h ^ b) * 0x100000001b3ull;
-  return {0x06, static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8),
-          static_cast<uint8_t>(h >> 16), static_cast<uint8_t>(h >> 24),
-          static_cast<uint8_t>(h >> 32)};
-}
+wire::MacAddr UdpPort::mac_for(const wire::Gid& ip) { return wire::socket_port_mac(ip); }
 
 wire::Ipv4Addr UdpPort::loopback_candidate(uint32_t n) {
   if (n < 253) return {127, 0, 0, static_cast<uint8_t>(n + 2)};

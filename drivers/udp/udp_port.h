@@ -62,8 +62,7 @@ class UdpPort final : public Port {
   std::array<uint8_t, 6> mac() const override { return mac_; }
   int wait_fd() const override { return wait_fd_; }
 
-  /// The Ethernet address the port gives an IP address (locally administered, unicast):
-  /// 02:00 and the IPv4 address, or 06 and five bytes of a hash of the IPv6 one.
+  /// The Ethernet address the port gives an IP address: wire::socket_port_mac.
   static wire::MacAddr mac_for(const wire::Gid& ip);
   /// The n-th address loopback_auto tries (n < kLoopbackCandidates): 127.0.0.2 ... 127.0.0.254,
   /// then 127.0.1.1 ... 127.0.1.254 and so on (no .0 or .255; 127.0.0.1 stays the host's, the

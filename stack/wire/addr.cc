@@ -97,4 +97,13 @@ MacAddr multicast_mac(const Gid& g) {
   return MacAddr{0x33, 0x33, g[12], g[13], g[14], g[15]};
 }
 
+MacAddr socket_port_mac(const Gid& ip) {
+  if (is_ipv4_mapped(ip)) return {0x02, 0x00, ip[12], ip[13], ip[14], ip[15]};
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (uint8_t b : ip) h = (h ^ b) * 0x100000001b3ull;
+  return {0x06, static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8),
+          static_cast<uint8_t>(h >> 16), static_cast<uint8_t>(h >> 24),
+          static_cast<uint8_t>(h >> 32)};
+}
+
 }  // namespace uroce::wire

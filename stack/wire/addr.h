@@ -34,5 +34,10 @@ bool is_multicast_gid(const Gid& g);
 /// Where a multicast group's frames go on Ethernet: 01:00:5e and the low 23 bits of the IPv4
 /// address (RFC 1112), 33:33 and the low 32 bits of the IPv6 one (RFC 2464).
 MacAddr multicast_mac(const Gid& g);
+/// The Ethernet address uroce's UDP-socket port gives an IP address in the frames it shows
+/// the engine (a socket has none): 02:00 and the IPv4 address, or 06 and five bytes of an
+/// FNV-1a hash of the IPv6 one (locally administered, unicast). uroce-dissect knows a frame
+/// that port rebuilt by its source address.
+MacAddr socket_port_mac(const Gid& ip);
 
 }  // namespace uroce::wire

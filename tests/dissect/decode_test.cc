@@ -1,9 +1,13 @@
 // Frame decoding and the one-line format, checked against facts read from the captures with
 // tshark (frame numbers, opcodes, PSNs, RETH fields, ICRC bytes).
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "dissect/json.h"
 #include "test_util.h"
+#include "wire/addr.h"
+#include "wire/ipv4.h"
 #include "wire/packet.h"
 
 namespace uroce::dissect {
@@ -287,6 +291,57 @@ TEST(DissectJson, CheckerRejectsBrokenJson) {
   EXPECT_FALSE(test::JsonCheck::valid("[01]"));
   EXPECT_FALSE(test::JsonCheck::valid("{} {}"));
   EXPECT_TRUE(test::JsonCheck::valid(" [1, -2.5e3, \"\\u00e9\", null, {\"k\": []}] "));
+}
+
+// A frame as uroce's UDP-socket port shows it: the socket gives neither Ethernet addresses
+// (made up from the IP ones) nor the IPv4 identification (0, DF): the kernel's rxe sent it
+// with one of its own, so the ICRC only agrees once that is solved for.
+test::RawFrame as_udp_port_shows(test::RawFrame f) {
+  uint8_t* ip = f.bytes.data() + 14;
+  const wire::MacAddr dst = wire::socket_port_mac(wire::ipv4_mapped_gid({ip[16], ip[17], ip[18], ip[19]}));
+  const wire::MacAddr src = wire::socket_port_mac(wire::ipv4_mapped_gid({ip[12], ip[13], ip[14], ip[15]}));
+  std::copy(dst.begin(), dst.end(), f.bytes.begin());
+  std::copy(src.begin(), src.end(), f.bytes.begin() + 6);
+  ip[4] = ip[5] = 0;
+  ip[6] = 0x40;  // DF
+  ip[10] = ip[11] = 0;
+  const uint16_t csum = wire::internet_checksum({ip, 20});
+  ip[10] = static_cast<uint8_t>(csum >> 8);
+  ip[11] = static_cast<uint8_t>(csum);
+  return f;
+}
+
+TEST(DissectDecode, TheUdpPortsFramesHaveTheirIdentificationSolvedFor) {
+  const test::RawFrame orig = frame_of("kernel-rxe-rnr_send_bw_64-head.pcap", 26);
+  const uint16_t ident = static_cast<uint16_t>(orig.bytes[14 + 4] << 8 | orig.bytes[14 + 5]);
+  ASSERT_NE(ident, 0);  // rxe's own: what the socket hides
+  const test::RawFrame f = as_udp_port_shows(orig);
+  const Frame d = decode_frame(1, 0, f.bytes, f.orig_len);
+  ASSERT_TRUE(d.icrc_ok()) << format_line(d);
+  EXPECT_TRUE(d.ident_solved);
+  EXPECT_EQ(d.pkt.hdr.ip4.ident, ident);
+  EXPECT_NE(format_line(d).find(strf("ICRC ok (IPv4 ID 0x%04x solved for)", ident)),
+            std::string::npos)
+      << format_line(d);
+  // The kernel's own frame needs nothing solved; one damaged in the payload stays bad.
+  const Frame plain = decode_frame(1, 0, orig.bytes, orig.orig_len);
+  EXPECT_TRUE(plain.icrc_ok());
+  EXPECT_FALSE(plain.ident_solved);
+  test::RawFrame bad = f;
+  bad.bytes[14 + 20 + 8 + 12 + 5] ^= 0x01;
+  const Frame b = decode_frame(1, 0, bad.bytes, bad.orig_len);
+  EXPECT_TRUE(b.icrc_bad());
+  EXPECT_FALSE(b.ident_solved);
+}
+
+TEST(DissectDecode, OnlyTheUdpPortsFramesAreSolvedFor) {
+  // The same hidden identification behind ordinary Ethernet addresses: a damaged packet.
+  const test::RawFrame orig = frame_of("kernel-rxe-rnr_send_bw_64-head.pcap", 26);
+  test::RawFrame f = as_udp_port_shows(orig);
+  std::copy(orig.bytes.begin(), orig.bytes.begin() + 12, f.bytes.begin());
+  const Frame d = decode_frame(1, 0, f.bytes, f.orig_len);
+  EXPECT_TRUE(d.icrc_bad());
+  EXPECT_FALSE(d.ident_solved);
 }
 
 }  // namespace

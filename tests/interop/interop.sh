@@ -19,7 +19,9 @@
 # The guest runs guest-agent.sh: one boot serves every case (booting under TCG is the slow
 # part); the host hands it job files through the VM's 9p share.
 #
-# Environment: UROCE_PORT=af_xdp runs uroce's side on its AF_XDP port instead of the packet socket.
+# Environment: UROCE_PORT=af_xdp runs uroce's side on its AF_XDP port instead of the packet socket,
+# UROCE_PORT=udp on its UDP-socket port (bound to 10.78.0.1:4791; a case then also checks that
+# the namespace's kernel delivered datagrams to a UDP socket, /proc/net/snmp Udp InDatagrams).
 # UROCE_LIB (dir holding our libibverbs.so.1), UROCE_BIN (the uroce command),
 # VERIFY_BIN (rdma_verify, built from rdma_verify.c: data-checking RC traffic of every kind),
 # SOAK_BIN (rdma_soak, from rdma_soak.c: RC, UC and UD both ways for a time, every byte checked),
@@ -317,6 +319,11 @@ uroce_cmd() {
     "$UROCE" run --pcap "$pcap" -- timeout "$CASE_TIMEOUT" "$@"
 }
 
+# Datagrams the namespace's kernel delivered to UDP sockets (none with a packet-socket port).
+udp_in() {
+  ip netns exec $NS awk '$1 == "Udp:" && $2 ~ /^[0-9]+$/ {print $2; exit}' /proc/net/snmp
+}
+
 result_line() {  # the figure a program prints (pingpong: "iters in"; perftest: the table row)
   local pings
   pings=$(grep -c '^ping data: rdma-ping-' "$1" || true)  # rping -c -v: one line per ping
@@ -383,7 +390,7 @@ cmd_case() {
   local client_addr=1  # rping, mckey and the rsockets programs name addresses with options
   case "$tool" in rping|mckey|rstream|riostream) client_addr="" ;; esac
   say "$want: uroce $([ "$dir" = u2k ] && echo client || echo server) ↔ rdma_rxe $([ "$dir" = u2k ] && echo server || echo client)${netem:+, guest netem $netem}${fault:+, uroce fault $fault}"
-  local urc=0 grc=0
+  local urc=0 grc=0 udp0; udp0=$(udp_in)
   if [ "$dir" = u2k ]; then
     # kernel server first; the uroce client once the server's TCP port listens. A perftest -R
     # client that lost perftest 4.5's race (see the cases) runs again, RACE_TRIES times at most.
@@ -434,6 +441,11 @@ cmd_case() {
   # Every client prints its figures (ib_read_lat's server prints none).
   if [ "$dir" = u2k ] && [ -z "$ures" ]; then bad="${bad:+$bad, }uroce client printed no result"; fi
   if [ "$dir" = k2u ] && [ -z "$gres" ]; then bad="${bad:+$bad, }kernel client printed no result"; fi
+  local udp_note="" udp_got=$(( $(udp_in) - udp0 ))
+  if [ "${UROCE_PORT:-}" = udp ]; then
+    [ "$udp_got" -gt 0 ] || bad="${bad:+$bad, }no datagram reached a UDP socket: not the udp port"
+    udp_note=" [udp port: $udp_got datagrams through the socket]"
+  fi
   if [ -n "$bad" ]; then
     echo "FAIL: $want: $bad"
     echo "--- uroce side ($ulog):"; tail -30 "$ulog"
@@ -468,7 +480,7 @@ cmd_case() {
     esac
     recovery=" [$recovery]"
   fi
-  echo "ok: $want: uroce: ${ures:-(no figures)} | kernel: ${gres:-(no figures)}$recovery"
+  echo "ok: $want: uroce: ${ures:-(no figures)} | kernel: ${gres:-(no figures)}$recovery$udp_note"
   rm -f "$pcap" "$pcap.verbs"
 }
 

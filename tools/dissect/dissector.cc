@@ -5,7 +5,9 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "wire/addr.h"
 #include "wire/arp.h"
+#include "wire/icrc.h"
 
 namespace uroce::dissect {
 
@@ -433,7 +435,20 @@ Frame decode_frame(uint64_t index, int64_t rel_ns, Bytes data, uint32_t orig_len
   f.orig_len = orig_len;
   f.error = wire::parse_frame(data, f.pkt);
   if (f.error == ParseError::kOk || f.error == ParseError::kBadIcrc) {
-    const wire::RoceHeaders& h = f.pkt.hdr;
+    wire::RoceHeaders& h = f.pkt.hdr;
+    wire::Ipv4Ident id;
+    if (f.error == ParseError::kBadIcrc && !h.ipv6 &&
+        h.eth.src == wire::socket_port_mac(wire::ipv4_mapped_gid(h.ip4.src)) &&
+        h.ip4.total_len >= wire::kIcrcLen &&
+        wire::icrc_solve_ipv4_ident(f.pkt.icrc_calc, f.pkt.icrc_wire,
+                                    h.ip4.total_len - wire::kIcrcLen,
+                                    {h.ip4.ident, h.ip4.dont_frag}, &id)) {
+      h.ip4.ident = id.ident;
+      h.ip4.dont_frag = id.dont_frag;
+      f.pkt.icrc_calc = f.pkt.icrc_wire;
+      f.error = ParseError::kOk;
+      f.ident_solved = true;
+    }
     f.kind = FrameKind::kRoce;
     f.ext_present = f.pkt.info->ext_mask;
     f.payload_len = f.pkt.payload.size();
@@ -562,7 +577,8 @@ std::string format_summary(const Frame& f, bool align) {
     s += strf(" payload=%zu", f.payload_len);
     if (const std::string cm = qp1_compact(f); !cm.empty()) s.append(" ").append(cm);
     if (f.error == ParseError::kOk) {
-      s += "  ICRC ok";
+      s += f.ident_solved ? strf("  ICRC ok (IPv4 ID 0x%04x solved for)", f.pkt.hdr.ip4.ident)
+                          : std::string("  ICRC ok");
     } else if (f.error == ParseError::kBadIcrc) {
       s += strf("  ICRC BAD (wire 0x%08x calc 0x%08x)", f.pkt.icrc_wire, f.pkt.icrc_calc);
     } else {

@@ -45,6 +45,10 @@ struct Frame {
   wire::Gid src{};           // IP source (IPv4 as ::ffff:a.b.c.d)
   wire::Gid dst{};
   std::string brief;  // non-RoCE frames: "ARP who-has ...", "TCP a:p → b:q len n"
+  /// The IPv4 identification and DF flag were solved for from the ICRC: a frame uroce's
+  /// UDP-socket port rebuilt (its source MAC is wire::socket_port_mac of its source address),
+  /// whose socket does not show them (wire::icrc_solve_ipv4_ident, as the engine does).
+  bool ident_solved = false;
 
   bool snapped() const { return caplen < orig_len; }
   bool is_roce() const { return kind == FrameKind::kRoce; }

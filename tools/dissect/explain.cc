@@ -223,9 +223,22 @@ class ExplainPrinter final : public Printer {
 
   void ethernet(const Frame& f) {
     const wire::EthernetRepr& e = f.pkt.hdr.eth;
-    line("Eth.Dst", wire::to_string(e.dst), "eth.dst",
-         "destination MAC address: the next hop on this link", "destination MAC");
-    line("Eth.Src", wire::to_string(e.src), "eth.src", "source MAC address", "source MAC");
+    // uroce's UDP-socket port shows the engine frames it made up around each datagram.
+    const bool made_up = f.has_addrs && e.src == wire::socket_port_mac(f.src) &&
+                         e.dst == wire::socket_port_mac(f.dst);
+    if (made_up) {
+      line("Eth.Dst", wire::to_string(e.dst), "eth.dst.socket",
+           "destination MAC address, made up from the IP address by uroce's udp port: the "
+           "packet went through a UDP socket, which shows no Ethernet header",
+           "destination MAC (made up by the udp port)");
+      line("Eth.Src", wire::to_string(e.src), "eth.src.socket",
+           "source MAC address, made up from the IP address the same way",
+           "source MAC (made up)");
+    } else {
+      line("Eth.Dst", wire::to_string(e.dst), "eth.dst",
+           "destination MAC address: the next hop on this link", "destination MAC");
+      line("Eth.Src", wire::to_string(e.src), "eth.src", "source MAC address", "source MAC");
+    }
     if (e.has_vlan) {
       line("Eth.VLAN", strf("PCP %u DEI %u VID %u", e.pcp, e.dei ? 1 : 0, e.vid), "eth.vlan",
            "802.1Q tag: PCP is the priority (RoCE usually gets a lossless, PFC-protected one), "
@@ -254,9 +267,16 @@ class ExplainPrinter final : public Printer {
     line("IPv4.TotalLength", std::to_string(ip.total_len), "ip4.len",
          "bytes in the IP packet: IP header + UDP + RoCE headers + payload + pad + ICRC",
          "IP packet length");
-    line("IPv4.ID", strf("0x%04x", ip.ident), "ip4.id",
-         "identification: only used to reassemble fragments, and RoCEv2 never fragments",
-         "identification (unused)");
+    if (f.ident_solved) {
+      line("IPv4.ID", strf("0x%04x", ip.ident), "ip4.id.solved",
+           "identification: the UDP socket this frame came through (uroce's udp port) does not "
+           "show it, but the ICRC covers it: solved for from the ICRC, as the receiver does",
+           "identification (solved for from the ICRC)");
+    } else {
+      line("IPv4.ID", strf("0x%04x", ip.ident), "ip4.id",
+           "identification: only used to reassemble fragments, and RoCEv2 never fragments",
+           "identification (unused)");
+    }
     line("IPv4.Flags", ip.dont_frag ? "DF" : "none", strf("ip4.df.%d", ip.dont_frag ? 1 : 0),
          ip.dont_frag ? "don't fragment: RoCEv2 packets are never fragmented; the path MTU keeps "
                         "them small enough"
