@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/filter.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -183,7 +184,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
       *error = "udp socket for " + where + ": " + std::strerror(errno);
       return nullptr;
     }
-    p->socks_[p->nsocks_++] = {fd, v6 != 0};
+    p->socks_[p->nsocks_++] = {fd, v6 != 0, cfg.udp_port};
     // DF on every packet, and with it identification 0 (what the engine's ICRC assumes).
     const int df = v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;
     bool ok = v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0 &&
@@ -245,6 +246,8 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
     }
   }
   p->cfg_ = cfg;
+  if (p->nsocks_ == 1) p->open_senders(cfg.source_ports);
+  if (p->source_ports_.empty()) p->source_ports_ = {cfg.udp_port};
   p->mtu_ = mtu_of(p->socks_[0].fd, cfg, &ifname);
   if (p->mtu_ == 0) p->mtu_ = 1500;
   p->max_frame_ = std::min(p->mtu_, kMaxFrameMtu) + 14;
@@ -277,12 +280,68 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
       (cfg.gso ? "runs of packets sent as one UDP GSO send of up to " + std::to_string(kMaxRun) +
                      " packets, received with UDP_GRO"
                : "one packet per datagram (gso = no)") +
+      "; " +
+      (p->senders_.empty() ? std::string("every packet from port ") + std::to_string(cfg.udp_port)
+                           : "QPs spread over " + std::to_string(p->senders_.size()) +
+                                 " source ports (send-only sockets)") +
       "; " + std::to_string(cfg.frames) + " frames of " + std::to_string(p->max_frame_) +
       " B; Ethernet addresses made up from IP addresses, neighbours answered by the port";
   return p;
 }
 
+void UdpPort::open_senders(uint32_t n) {
+  // Bound to the port's address, port 0 (the kernel picks a free one), with the receiving
+  // socket's DF setting (identification 0); they never receive: a filter drops all.
+  const Sock& main = socks_[0];
+  static const sock_filter kDropAll[] = {{BPF_RET | BPF_K, 0, 0, 0}};
+  const sock_fprog drop{1, const_cast<sock_filter*>(kDropAll)};
+  const int one = 1, df = main.v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;
+  for (uint32_t k = 0; k < n; ++k) {
+    const int fd = util::kernel_socket(main.v6 ? AF_INET6 : AF_INET,
+                                       SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return;
+    sockaddr_storage ss{};
+    socklen_t sl;
+    if (main.v6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      std::memcpy(&a->sin6_addr, cfg_.ipv6->data(), 16);
+      sl = sizeof *a;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      std::memcpy(&a->sin_addr, cfg_.ipv4->data(), 4);
+      sl = sizeof *a;
+    }
+    const bool ok =
+        (main.v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0 &&
+                       setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &df, sizeof df) == 0
+                 : setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof df) == 0) &&
+        setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof drop) == 0 &&
+        bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0;
+    if (!ok) {  // fewer source ports: the QPs share the ones there are
+      close(fd);
+      return;
+    }
+    util::size_socket_buffers(fd, 4096, 4 << 20);
+    const uint16_t port = ntohs(main.v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    senders_.push_back({fd, main.v6, port});
+    source_ports_.push_back(port);
+  }
+}
+
+const UdpPort::Sock* UdpPort::sender(bool v6, uint16_t port) const {
+  for (size_t k = 0; k < nsocks_; ++k)
+    if (socks_[k].v6 == v6 && socks_[k].port == port) return &socks_[k];
+  for (const Sock& s : senders_)
+    if (s.port == port && s.v6 == v6) return &s;
+  return nullptr;
+}
+
 UdpPort::~UdpPort() {
+  for (const Sock& s : senders_) close(s.fd);
   for (size_t i = 0; i < nsocks_; ++i) close(socks_[i].fd);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (answers_fd_ >= 0) close(answers_fd_);
@@ -560,10 +619,9 @@ uint16_t UdpPort::tx_burst(uint64_t, std::span<Frame* const> frames) {
       std::memcpy(dst.data(), d + l2 + 24, 16);
       data = !link_local(dst);
     }
-    const Sock* sock = nullptr;
-    for (size_t k = 0; k < nsocks_; ++k)
-      if (socks_[k].v6 == v6) sock = &socks_[k];
-    if (!data || sock == nullptr) {
+    // The socket bound to the frame's source port (the ICRC covers it).
+    const Sock* sock = data ? sender(v6, be16(d + l4)) : nullptr;
+    if (sock == nullptr) {
       if (m > 0) break;
       if (type == kEthArp || (v6 && f->len >= l2 + 41 && d[l2 + 6] == kProtoIcmpv6)) {
         answer_neighbor(f);

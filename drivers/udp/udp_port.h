@@ -11,7 +11,7 @@
 // answered here with those made-up addresses: the kernel resolves the real ones.
 //
 // The ICRC covers the IP and UDP headers, so the engine builds them as the kernel will write
-// them (EngineConfig::udp_src_port and ipv4_ident_zero): the socket's source port, and for
+// them (EngineConfig::udp_src_ports and ipv4_ident_zero): the sending socket's port, and for
 // IPv4 DF with identification 0, which Linux gives the DF packets of an unconnected socket
 // (IP_PMTUDISC_DO: tests/ports/udp_port_test.cc checks the kernel's headers against this).
 // A receiver is not shown the identification: the engine solves for it (wire/icrc.h).
@@ -45,6 +45,10 @@ struct UdpConfig {
   bool loopback_auto = false;
   uint16_t udp_port = 4791;            // RoCEv2's; tests may take another
   bool gso = true;                     // runs of packets as one UDP GSO send; UDP_GRO
+  // Send-only sockets on ports the kernel picks, for per-QP source-port entropy (ECMP paths,
+  // a receiver's RSS queues): each QP sends from one of them (EngineConfig::udp_src_ports).
+  // 0: every packet from udp_port. Only with one address family bound (with both, udp_port).
+  uint32_t source_ports = 8;
   uint32_t frames = 4096;              // frame buffers
 };
 
@@ -71,6 +75,9 @@ class UdpPort final : public Port {
   static constexpr uint32_t kLoopbackCandidates = 253 + 254 * 15;  // up to 127.0.15.254
   /// The IPv4 address bound (the one chosen, with loopback_auto).
   const std::optional<wire::Ipv4Addr>& ipv4() const { return cfg_.ipv4; }
+  /// The source ports packets can leave from: the send-only sockets' (source_ports), or
+  /// udp_port alone. The engine builds each QP's packets with one of them (the ICRC covers it).
+  const std::vector<uint16_t>& source_ports() const { return source_ports_; }
   /// The interface MTU the bound address routes over (the largest one of its interface).
   uint32_t mtu() const { return mtu_; }
   /// One line for `uroce devinfo`.
@@ -89,7 +96,10 @@ class UdpPort final : public Port {
   struct Sock {
     int fd = -1;
     bool v6 = false;
+    uint16_t port = 0;  // bound
   };
+  const Sock* sender(bool v6, uint16_t port) const;
+  void open_senders(uint32_t n);
   UdpPort() = default;
   void answer_neighbor(const Frame* f);
   void receive(const Sock& s);
@@ -102,6 +112,8 @@ class UdpPort final : public Port {
   std::array<Sock, 2> socks_;
   size_t nsocks_ = 0;
   size_t next_sock_ = 0;
+  std::vector<Sock> senders_;  // send-only, one per source port but udp_port's
+  std::vector<uint16_t> source_ports_;
   int wait_fd_ = -1;   // a socket, or an epoll set of both and answers_fd_
   int epoll_fd_ = -1;
   int answers_fd_ = -1;  // an eventfd, readable while answers wait in ready_

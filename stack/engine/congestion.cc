@@ -87,8 +87,8 @@ void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
       h.ip4.dst = in.ip4.src;
       h.ip4.ttl = 64;
     }
-    // The sender's flow: ECMP takes the CNP its way back (a UDP socket has one port).
-    h.udp.src_port = cfg_.udp_src_port != 0 ? cfg_.udp_src_port : in.udp.src_port;
+    // The sender's flow: ECMP takes the CNP its way back (through UDP sockets: one of theirs).
+    h.udp.src_port = cfg_.udp_src_ports.empty() ? in.udp.src_port : source_port(qp->qpn, dest_qpn);
   } else {
     h = headers_for(qp->path, qp->qpn, qp->dest_qpn);
   }

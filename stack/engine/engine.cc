@@ -210,13 +210,19 @@ RoceHeaders Engine::headers_for(const Path& p, uint32_t qpn, uint32_t dest_qpn) 
     h.ip4.ecn = static_cast<uint8_t>(p.traffic_class & 3);
     h.ip4.ttl = 64;
   }
-  // Flow entropy: a per-QP UDP source port in 0xC000..0xFFFF (so ECMP keeps the QP in order).
-  const uint32_t hash = (qpn * 0x9E3779B1u) ^ (dest_qpn * 0x85EBCA6Bu);
-  h.udp.src_port = cfg_.udp_src_port != 0 ? cfg_.udp_src_port
-                                           : static_cast<uint16_t>(0xC000 | ((hash >> 16) & 0x3FFF));
+  h.udp.src_port = source_port(qpn, dest_qpn);
   h.bth.pkey = 0xFFFF;
   h.bth.dest_qp = dest_qpn;
   return h;
+}
+
+uint16_t Engine::source_port(uint32_t qpn, uint32_t dest_qpn) const {
+  // Flow entropy: one UDP source port per QP (so ECMP keeps the QP in order), in
+  // 0xC000..0xFFFF, or one of the ports a UDP-socket port has sockets on.
+  const uint32_t hash = (qpn * 0x9E3779B1u) ^ (dest_qpn * 0x85EBCA6Bu);
+  const std::vector<uint16_t>& ports = cfg_.udp_src_ports;
+  if (!ports.empty()) return ports[(hash >> 16) % ports.size()];
+  return static_cast<uint16_t>(0xC000 | ((hash >> 16) & 0x3FFF));
 }
 
 void Engine::fill_template(Qp* qp) {

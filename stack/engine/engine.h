@@ -98,7 +98,9 @@ struct EngineConfig {
   // A port through a UDP socket (drivers/udp/udp_port.h): the kernel writes the IP and UDP
   // headers, so packets are built with the ones it will write (the ICRC covers them), and
   // arrive without the IPv4 identification and DF flag.
-  uint16_t udp_src_port = 0;     // the socket's port for every packet; 0: one per QP (entropy)
+  // The source ports it can send from (its sockets'): each QP takes one of them (flow
+  // entropy, as far as there are sockets). Empty: any, one per QP in 0xC000..0xFFFF.
+  std::vector<uint16_t> udp_src_ports;
   bool ipv4_ident_zero = false;  // identification 0 (the kernel's for an unconnected socket's
                                  // DF packets); on receive the ICRC solves for both fields
 };
@@ -360,6 +362,8 @@ class Engine {
   bool resolve_path(const ibv_ah_attr& ah, Path* path) const;
   /// Ethernet/IP/UDP/BTH fields for packets from QP `qpn` to `dest_qpn` along `path`.
   wire::RoceHeaders headers_for(const Path& path, uint32_t qpn, uint32_t dest_qpn) const;
+  /// The UDP source port of the flow from `qpn` to `dest_qpn` (EngineConfig::udp_src_ports).
+  uint16_t source_port(uint32_t qpn, uint32_t dest_qpn) const;
   void fill_template(Qp* qp);
 
   // neighbor.cc

@@ -396,6 +396,7 @@ Runtime* open_runtime(Device* d) {
   rt->dev = d;
   rt->pid = getpid();
   std::string description;  // how the port is set up, for `uroce devinfo`
+  std::vector<uint16_t> udp_source_ports;  // the udp port's sockets' (EngineConfig)
   using Kind = config::DeviceConfig::PortKind;
   if (!dc.shm.empty()) {
     drivers::ShmConfig sc;
@@ -420,6 +421,7 @@ Runtime* open_runtime(Device* d) {
     auto up = drivers::UdpPort::open(uc, &err);
     if (up) {
       dc.ipv4 = up->ipv4();  // the one it took, with loopback_auto
+      udp_source_ports = up->source_ports();
       description = up->describe();
       rt->port_counters = [p = up.get()](uint64_t* v) {
         const drivers::UdpPort::Stats s = p->stats();
@@ -551,7 +553,7 @@ Runtime* open_runtime(Device* d) {
   ec.cc.dcqcn.line_rate_mbps = dc.line_rate_mbps != 0 ? dc.line_rate_mbps : link_speed_mbps(dc);
   ec.cc.pace_at_line_rate = dc.line_rate_mbps != 0;  // a rate given by hand is a real limit
   if (dc.port == Kind::kUdp) {  // the kernel writes the IP and UDP headers (udp_port.h)
-    ec.udp_src_port = wire::kRoceV2Port;
+    ec.udp_src_ports = udp_source_ports;
     ec.ipv4_ident_zero = true;
     ec.max_mcast_grp = 0;  // its sockets are bound to unicast addresses (docs/udp.md)
   }

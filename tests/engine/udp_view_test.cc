@@ -6,6 +6,9 @@
 // solves the ICRC for the identification; without the setting it would drop them all.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "harness.h"
 #include "wire/ipv4.h"
 
@@ -38,15 +41,17 @@ class SocketView final : public PortDecorator {
       ++sent;
       if (p.hdr.ip4.ident != 0 || !p.hdr.ip4.dont_frag) ++numbered;
       if (p.hdr.udp.src_port != wire::kRoceV2Port) ++other_port;
+      ports_by_qp[p.hdr.bth.dest_qp].insert(p.hdr.udp.src_port);
     }
     return inner_.tx_burst(now, frames);
   }
   uint64_t sent = 0, numbered = 0, other_port = 0;
+  std::map<uint32_t, std::set<uint16_t>> ports_by_qp;  // destination QP -> source ports
 };
 
 EngineConfig for_udp_port() {
   EngineConfig c;
-  c.udp_src_port = wire::kRoceV2Port;
+  c.udp_src_ports = {wire::kRoceV2Port};
   c.ipv4_ident_zero = true;
   return c;
 }
@@ -112,6 +117,29 @@ TEST(UdpView, AnEngineForTheUdpPortSendsTheHeadersTheKernelWritesAndNeedsNoSolvi
   EXPECT_EQ(p.va.other_port + p.vb.other_port, 0u) << "the socket's source port on every packet";
   EXPECT_EQ(p.a.engine->counters()[Counter::rx_icrc_ident_solved], 0u);
   EXPECT_EQ(p.b.engine->counters()[Counter::rx_icrc_ident_solved], 0u);
+  EXPECT_EQ(p.a.engine->counters()[wire::ParseError::kBadIcrc], 0u);
+  EXPECT_EQ(p.b.engine->counters()[wire::ParseError::kBadIcrc], 0u);
+}
+
+TEST(UdpView, EachQpSendsFromOneOfTheSocketsPorts) {
+  // A port with sockets on three source ports (udp_port.h: per-QP entropy): every QP's
+  // packets leave from one of them, always the same one, and the QPs spread over them.
+  EngineConfig c = for_udp_port();
+  c.udp_src_ports = {50001, 50002, 50003};
+  ViewPair p(c, c);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(p.round_trip(3000));
+  std::set<uint16_t> used;
+  for (const SocketView* v : {&p.va, &p.vb}) {
+    ASSERT_EQ(v->ports_by_qp.size(), 12u);
+    for (const auto& [qpn, ports] : v->ports_by_qp) {
+      EXPECT_EQ(ports.size(), 1u) << "QP 0x" << std::hex << qpn << " changed its source port";
+      for (uint16_t port : ports) {
+        EXPECT_TRUE(port >= 50001 && port <= 50003) << port;
+        used.insert(port);
+      }
+    }
+  }
+  EXPECT_EQ(used.size(), 3u) << "24 QPs over 3 ports";
   EXPECT_EQ(p.a.engine->counters()[wire::ParseError::kBadIcrc], 0u);
   EXPECT_EQ(p.b.engine->counters()[wire::ParseError::kBadIcrc], 0u);
 }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,42 @@ TEST(UdpPort, ARunLeavesAsOneGsoSendAndArrivesAsItsPackets) {
     EXPECT_EQ(p.payload[p.payload.size() - 1], static_cast<uint8_t>(i * 7 + p.payload.size() - 1));
     b->free_frame(in[i]);
   }
+}
+
+TEST(UdpPort, PacketsLeaveFromTheSocketOfTheirSourcePort) {
+  // Per-QP entropy: send-only sockets on ports the kernel picked; a packet built with one of
+  // them leaves from it (its ICRC covers the port), one built with any other port does not leave.
+  auto a = open4(7), b = open4(8);
+  ASSERT_TRUE(a && b);
+  const std::vector<uint16_t> ports = a->source_ports();
+  ASSERT_EQ(ports.size(), UdpConfig{}.source_ports);
+  EXPECT_EQ(std::set<uint16_t>(ports.begin(), ports.end()).size(), ports.size());
+  EXPECT_EQ(std::count(ports.begin(), ports.end(), 4791), 0);
+  const wire::Gid ga = wire::ipv4_mapped_gid(v4(7)), gb = wire::ipv4_mapped_gid(v4(8));
+  std::vector<Frame*> out;
+  for (uint32_t i = 0; i < ports.size(); ++i)
+    for (uint32_t k = 0; k < 3; ++k) out.push_back(roce_frame(*a, ga, gb, ports[i], 4791, i * 3 + k, 1000));
+  out.push_back(roce_frame(*a, ga, gb, 4791, 4791, 100, 64));  // the receiving socket's own
+  out.push_back(roce_frame(*a, ga, gb, 4444, 4791, 101, 64));  // no socket of ours: not sent
+  send_all(*a, out);
+  EXPECT_EQ(a->stats().tx_dropped, 1u);
+  const std::vector<Frame*> in = receive(*b, ports.size() * 3 + 1);
+  ASSERT_EQ(in.size(), ports.size() * 3 + 1);
+  for (uint32_t i = 0; i < in.size(); ++i) {
+    wire::ParsedPacket p;
+    ASSERT_EQ(wire::parse_frame(in[i]->bytes(), p), wire::ParseError::kOk) << "packet " << i;
+    EXPECT_EQ(p.hdr.udp.src_port, p.hdr.bth.psn == 100 ? 4791 : ports[p.hdr.bth.psn / 3])
+        << "packet " << i;
+    b->free_frame(in[i]);
+  }
+  // source_ports = 0: every packet from the receiving socket's port.
+  UdpConfig one;
+  one.ipv4 = v4(9);
+  one.source_ports = 0;
+  std::string err;
+  auto c = UdpPort::open(one, &err);
+  ASSERT_NE(c, nullptr) << err;
+  EXPECT_EQ(c->source_ports(), std::vector<uint16_t>{4791});
 }
 
 TEST(UdpPort, WithoutGroTheKernelCutsTheRunAndTheIdentificationsAreSolvedFor) {

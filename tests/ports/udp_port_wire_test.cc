@@ -36,9 +36,10 @@ struct Sent {
   bool v6;
   uint32_t psn;
   uint16_t ident;  // predicted (IPv4)
+  uint16_t sport = wire::kRoceV2Port;
 };
 
-Frame* build(Port& p, bool v6, uint32_t psn, size_t len) {
+Frame* build(Port& p, bool v6, uint32_t psn, size_t len, uint16_t sport = wire::kRoceV2Port) {
   wire::RoceHeaders h;
   h.eth.src = p.mac();
   h.ipv6 = v6;
@@ -55,7 +56,7 @@ Frame* build(Port& p, bool v6, uint32_t psn, size_t len) {
     h.ip4.ident = 0;  // as EngineConfig::ipv4_ident_zero builds them
     h.ip4.dont_frag = true;
   }
-  h.udp.src_port = wire::kRoceV2Port;  // EngineConfig::udp_src_port
+  h.udp.src_port = sport;  // one of EngineConfig::udp_src_ports
   h.bth.opcode = 0x04;
   h.bth.dest_qp = 0x4242;
   h.bth.psn = psn;
@@ -123,6 +124,30 @@ int main(int argc, char** argv) {
     off += n;
   }
   if (a->stats().tx_gso < 2) return fail("the runs did not leave as GSO sends");
+  // A port with one address family: its QPs spread over send-only sockets on ports the kernel
+  // picked (UdpConfig::source_ports). Another receiving port (4790), so that both can be
+  // bound in A; a single and a run from each of two of its source ports.
+  drivers::UdpConfig cs;
+  cs.ipv4 = kA4;
+  cs.udp_port = 4790;
+  auto spread = drivers::UdpPort::open(cs, &err);
+  if (!spread) return fail("port with source ports in A: " + err);
+  const std::vector<uint16_t>& ports = spread->source_ports();
+  if (ports.size() != cs.source_ports) return fail(std::to_string(ports.size()) + " source ports");
+  out.clear();
+  for (uint16_t sport : {ports[0], ports[5]}) {
+    out.push_back(build(*spread, false, psn, 300, sport));
+    sent.push_back({false, psn++, 0, sport});
+    for (uint16_t i = 0; i < 4; ++i) {
+      out.push_back(build(*spread, false, psn, 1024, sport));
+      sent.push_back({false, psn++, i, sport});
+    }
+  }
+  for (off = 0; off < out.size();) {
+    const uint16_t n = spread->tx_burst(0, std::span<Frame* const>(out).subspan(off));
+    if (n == 0) return fail("the port with source ports took nothing");
+    off += n;
+  }
 
   // Capture until every packet was seen (10 s bound).
   size_t seen = 0;
@@ -148,10 +173,12 @@ int main(int argc, char** argv) {
     if (!s.v6 && (p.hdr.ip4.ident != s.ident || !p.hdr.ip4.dont_frag))
       return fail(which + ": identification " + std::to_string(p.hdr.ip4.ident) + ", predicted " +
                   std::to_string(s.ident));
-    if (p.hdr.udp.src_port != wire::kRoceV2Port) return fail(which + ": source port");
+    if (p.hdr.udp.src_port != s.sport)
+      return fail(which + ": source port " + std::to_string(p.hdr.udp.src_port) + ", built with " +
+                  std::to_string(s.sport));
     ++seen;
   }
-  std::printf("ok: %zu packets (3 IPv4 alone, a run of 8 cut by the kernel, 7 IPv6): the ICRC "
-              "holds over the headers the kernel wrote\n", seen);
+  std::printf("ok: %zu packets (3 IPv4 alone, a run of 8 cut by the kernel, 7 IPv6, 10 "
+              "from two send-only sockets): the ICRC holds over the headers the kernel wrote\n", seen);
   return 0;
 }
