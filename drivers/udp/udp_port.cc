@@ -10,10 +10,12 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "util/sys.h"
@@ -205,6 +207,11 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
     setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
     if (cfg.gso) setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one);
     util::size_socket_buffers(fd, 32 << 20, 4 << 20);  // room for a window of packets
+    // Other processes of this user may join the address (share()).
+    if (cfg.shareable && !pick && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+      *error = "udp socket for " + where + ": SO_REUSEPORT: " + std::strerror(errno);
+      return nullptr;
+    }
     sockaddr_storage ss{};
     socklen_t sl;
     if (v6) {
@@ -236,8 +243,8 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
         return nullptr;
       }
       *error = e == EADDRINUSE
-                   ? where + " is taken (another uroce device or process?): give each its " +
-                         "own address (ipv4 = 127.0.0.2, 127.0.0.3, ... on loopback)"
+                   ? where + " is taken by a program that does not share it (the kernel's " +
+                         "rdma_rxe? another user's uroce?): give this device another address"
                : e == EADDRNOTAVAIL
                    ? std::string(v6 ? "ipv6 " : "ipv4 ") + where.substr(0, where.rfind(':')) +
                          " is no address of this host: set it to one that `ip addr` lists"
@@ -246,6 +253,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
     }
   }
   p->cfg_ = cfg;
+  p->cfg_.shareable = cfg.shareable && !pick;
   if (p->nsocks_ == 1) p->open_senders(cfg.source_ports);
   if (p->source_ports_.empty()) p->source_ports_ = {cfg.udp_port};
   p->mtu_ = mtu_of(p->socks_[0].fd, cfg, &ifname);
@@ -340,7 +348,163 @@ const UdpPort::Sock* UdpPort::sender(bool v6, uint16_t port) const {
   return nullptr;
 }
 
+namespace {
+
+/// The abstract Unix name (no file) of the process owning `block` of QPNs on the shared
+/// address `where` ("127.0.0.1:4791").
+socklen_t share_name(const std::string& where, uint32_t block, sockaddr_un* a) {
+  *a = {};
+  a->sun_family = AF_UNIX;
+  const std::string name = "uroce-udp-share:" + where + ":" + std::to_string(block);
+  const size_t len = std::min(name.size(), sizeof a->sun_path - 1);
+  std::memcpy(a->sun_path + 1, name.data(), len);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+}
+
+}  // namespace
+
+bool UdpPort::share(uint32_t first_qpn, uint32_t span, std::string* error) {
+  if (!cfg_.shareable || span == 0 || share_fd_ >= 0) return true;
+  qpn_span_ = span;
+  qpn_base_ = first_qpn % span;
+  block_ = first_qpn / span;
+  const Sock& main = socks_[0];
+  const std::string where =
+      addr_text(main.v6, main.v6 ? cfg_.ipv6->data() : cfg_.ipv4->data(), cfg_.udp_port);
+  // The group's program: the socket whose index is the destination QP's block. A QPN below
+  // the first block's (QP1) wraps to an index past the group: the kernel then picks by hash.
+  const sock_filter steer[] = {
+      {BPF_LD | BPF_W | BPF_ABS, 0, 0, 4},  // the UDP payload's bytes 4-7: BTH's destination QP
+      {BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xFFFFFF},
+      {BPF_ALU | BPF_SUB | BPF_K, 0, 0, qpn_base_},
+      {BPF_ALU | BPF_DIV | BPF_K, 0, 0, span},
+      {BPF_RET | BPF_A, 0, 0, 0},
+  };
+  const sock_fprog prog{static_cast<unsigned short>(std::size(steer)), const_cast<sock_filter*>(steer)};
+  for (size_t k = 0; k < nsocks_; ++k)
+    if (setsockopt(socks_[k].fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) != 0) {
+      *error = "udp port: sharing " + where + ": SO_ATTACH_REUSEPORT_CBPF: " + std::strerror(errno);
+      return false;
+    }
+  for (uint32_t b = 0; b < kShareBlocks; ++b) share_name_lens_[b] = share_name(where, b, &share_names_[b]);
+  const int fd = util::kernel_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || block_ >= kShareBlocks ||
+      bind(fd, reinterpret_cast<const sockaddr*>(&share_names_[block_]), share_name_lens_[block_]) != 0) {
+    *error = "udp port: sharing " + where + ": naming QPN block " + std::to_string(block_) + ": " +
+             std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  util::size_socket_buffers(fd, 4 << 20, 4 << 20);
+  waiting_owner_.reserve(cfg_.frames);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  share_fd_ = fd;
+  return true;
+}
+
+int UdpPort::pass_on(const Frame* f, uint32_t block) {
+  if (block >= kShareBlocks || block == block_) return ENOENT;
+  return sendto(share_fd_, f->data, f->len, MSG_DONTWAIT,
+                reinterpret_cast<const sockaddr*>(&share_names_[block]),
+                share_name_lens_[block]) == static_cast<ssize_t>(f->len)
+             ? 0
+             : errno;
+}
+
+void UdpPort::pass_on_later(Frame* f, uint32_t block) {
+  // The owner's queue is full (a Unix datagram socket holds a few): kept, and offered again
+  // before anything else is received (the engine is kept awake meanwhile).
+  const int e = pass_on(f, block);
+  if (e == 0) {
+    ++rx_forwarded_;
+  } else if (e == EAGAIN && waiting_owner_.size() < waiting_owner_.capacity()) {
+    waiting_owner_.push_back({f, block});
+    signal_ready();
+    return;
+  } else {
+    ++rx_unowned_;  // no process has the block (or it went away)
+  }
+  free_frame(f);
+}
+
+void UdpPort::retry_passing() {
+  size_t k = 0;
+  for (; k < waiting_owner_.size(); ++k) {
+    const auto [f, block] = waiting_owner_[k];
+    const int e = pass_on(f, block);
+    if (e == EAGAIN) break;  // still full: the rest wait too (in order)
+    ++(e == 0 ? rx_forwarded_ : rx_unowned_);
+    free_frame(f);
+  }
+  waiting_owner_.erase(waiting_owner_.begin(), waiting_owner_.begin() + static_cast<std::ptrdiff_t>(k));
+  if (!waiting_owner_.empty()) signal_ready();
+}
+
+void UdpPort::route(size_t from) {
+  // ready_[from..]: just received from the network, on an address other processes share.
+  size_t keep = from;
+  for (size_t k = from; k < ready_.size(); ++k) {
+    Frame* f = ready_[k];
+    const uint32_t hdr = f->len >= 14 && be16(f->data + 12) == kEthIpv6 ? kHdr6 : kHdr4;
+    if (f->len >= hdr + 8) {
+      const uint8_t* bth = f->data + hdr;
+      const uint32_t qpn = uint32_t{bth[5]} << 16 | uint32_t{bth[6]} << 8 | bth[7];
+      if (qpn < qpn_base_) {  // QP1: the CM's, for whichever process it concerns (resent if lost)
+        for (uint32_t b = 0; b < kShareBlocks; ++b) {
+          const int e = pass_on(f, b);
+          rx_forwarded_ += e == 0;
+          if (e != EAGAIN) continue;  // passed on, or no process has block b
+          Frame* c = waiting_owner_.size() < waiting_owner_.capacity() ? alloc_frame() : nullptr;
+          if (c == nullptr) continue;  // lost, as on a wire: the CM resends
+          c->data = SharedPool::buffer(c) + (f->data - SharedPool::buffer(f));
+          std::memcpy(c->data, f->data, f->len);
+          c->len = f->len;
+          waiting_owner_.push_back({c, b});
+          signal_ready();
+        }
+      } else if (const uint32_t owner = (qpn - qpn_base_) / qpn_span_; owner != block_) {
+        if (waiting_owner_.empty()) {
+          pass_on_later(f, owner);
+        } else if (waiting_owner_.size() < waiting_owner_.capacity()) {
+          waiting_owner_.push_back({f, owner});  // behind those already waiting, in order
+        } else {
+          ++rx_unowned_;
+          free_frame(f);
+        }
+        continue;
+      }
+    }
+    ready_[keep++] = f;
+  }
+  ready_.resize(keep);
+}
+
+bool UdpPort::receive_passed() {
+  // Frames another process sharing the address passed on: whole, as its port made them.
+  bool came = false;
+  while (ready_.size() < ready_.capacity()) {
+    Frame* f = alloc_frame();
+    if (f == nullptr) return came;
+    uint8_t* at = SharedPool::buffer(f) + kPayloadOff - kHdr6;
+    const ssize_t n = recv(share_fd_, at, max_frame_, MSG_DONTWAIT);
+    if (n <= 0) {
+      free_frame(f);
+      return came;
+    }
+    came = true;
+    f->data = at;
+    f->len = static_cast<uint32_t>(n);
+    f->cap = max_frame_;
+    ready_.push_back(f);
+  }
+  return came;
+}
+
 UdpPort::~UdpPort() {
+  if (share_fd_ >= 0) close(share_fd_);
   for (const Sock& s : senders_) close(s.fd);
   for (size_t i = 0; i < nsocks_; ++i) close(socks_[i].fd);
   if (epoll_fd_ >= 0) close(epoll_fd_);
@@ -419,6 +583,10 @@ void UdpPort::answer_neighbor(const Frame* f) {
   }
   ++answered_;
   ready_.push_back(r);
+  signal_ready();
+}
+
+void UdpPort::signal_ready() {
   if (!answers_signalled_) {  // the engine may be about to sleep on wait_fd
     const uint64_t one = 1;
     if (write(answers_fd_, &one, sizeof one) == sizeof one) answers_signalled_ = true;
@@ -475,6 +643,7 @@ void UdpPort::receive(const Sock& s) {
   alignas(cmsghdr) uint8_t ctl[kMsgs][256];
   Frame* fs[kMsgs];
   const uint32_t room = max_frame_ - kHdr6;  // payload bytes a frame takes (either family)
+  const size_t from = ready_.size();
   size_t want = 0;
   const size_t asked = std::min<size_t>(kMsgs, ready_.capacity() - ready_.size());
   for (; want < asked; ++want) {
@@ -559,6 +728,7 @@ void UdpPort::receive(const Sock& s) {
       cut(f, overflow_.data() + size_t{kOverflow} * k, len, gro, hdr);
     }
   }
+  if (share_fd_ >= 0) route(from);
 }
 
 uint16_t UdpPort::rx_burst(uint64_t, std::span<Frame*> out) {
@@ -570,8 +740,9 @@ uint16_t UdpPort::rx_burst(uint64_t, std::span<Frame*> out) {
       ready_head_ = 0;
     }
   };
+  if (!waiting_owner_.empty()) retry_passing();
   take();
-  if (answers_signalled_ && ready_.empty()) {
+  if (answers_signalled_ && ready_.empty() && waiting_owner_.empty()) {
     uint64_t v;
     if (read(answers_fd_, &v, sizeof v) == sizeof v) answers_signalled_ = false;
   }
@@ -585,6 +756,9 @@ uint16_t UdpPort::rx_burst(uint64_t, std::span<Frame*> out) {
     next_sock_ = (next_sock_ + 1) % nsocks_;
     receive(s);
   }
+  // What others passed on is the exception: looked for every 8th burst (wait_fd stays readable
+  // while some waits), and in every burst while some comes.
+  if (share_fd_ >= 0 && (passed_came_ || ++share_bursts_ % 8 == 0)) passed_came_ = receive_passed();
   const uint16_t before = n;
   take();
   rx_frames_ += n - before;
@@ -766,6 +940,8 @@ UdpPort::Stats UdpPort::stats() const {
   s.tx_gso = tx_gso_;
   s.tx_dropped = tx_dropped_;
   s.neighbors_answered = answered_;
+  s.rx_forwarded = rx_forwarded_;
+  s.rx_unowned = rx_unowned_;
   return s;
 }
 

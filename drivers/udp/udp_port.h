@@ -23,6 +23,8 @@
 // arrives as one datagram: its first packet lands in place, the others are copied out.
 #pragma once
 
+#include <sys/un.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -49,6 +51,10 @@ struct UdpConfig {
   // a receiver's RSS queues): each QP sends from one of them (EngineConfig::udp_src_ports).
   // 0: every packet from udp_port. Only with one address family bound (with both, udp_port).
   uint32_t source_ports = 8;
+  // Other uroce processes of this user may bind the same address and port (SO_REUSEPORT;
+  // share() says how datagrams find their process). Not with loopback_auto, where a taken
+  // address means: take the next one.
+  bool shareable = true;
   uint32_t frames = 4096;              // frame buffers
 };
 
@@ -78,6 +84,15 @@ class UdpPort final : public Port {
   /// The source ports packets can leave from: the send-only sockets' (source_ports), or
   /// udp_port alone. The engine builds each QP's packets with one of them (the ICRC covers it).
   const std::vector<uint16_t>& source_ports() const { return source_ports_; }
+  /// Several processes on one address (shareable): this one owns QPNs [first_qpn,
+  /// first_qpn + span), each other one a block of its own (runtime.cc claims them, at most
+  /// kShareBlocks). A classic-BPF program on the socket group steers each datagram to the
+  /// socket whose index in the group is its destination QP's block; one that lands elsewhere
+  /// (the kernel numbers sockets in the order they joined, and renumbers when one leaves) is
+  /// passed to its owner over a Unix socket named after the address and block, and QP1's
+  /// (the CM's MADs) reach every process. false and *error if that socket cannot be made.
+  bool share(uint32_t first_qpn, uint32_t span, std::string* error);
+  static constexpr uint32_t kShareBlocks = 64;
   /// The interface MTU the bound address routes over (the largest one of its interface).
   uint32_t mtu() const { return mtu_; }
   /// One line for `uroce devinfo`.
@@ -89,6 +104,9 @@ class UdpPort final : public Port {
     uint64_t rx_gro = 0, tx_gso = 0;  // runs received as one datagram / sent as one
     uint64_t tx_dropped = 0;   // not IP/UDP, a link-local destination, refused by the kernel
     uint64_t neighbors_answered = 0;  // ARP requests and solicitations answered here
+    // Sharing an address (share()): datagrams that landed here for another process's QP (or
+    // QP1's, for every other process) and were passed on; those of a block no process has.
+    uint64_t rx_forwarded = 0, rx_unowned = 0;
   };
   Stats stats() const;
 
@@ -104,6 +122,12 @@ class UdpPort final : public Port {
   void answer_neighbor(const Frame* f);
   void receive(const Sock& s);
   void cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss, uint32_t hdr);
+  void route(size_t from);
+  int pass_on(const Frame* f, uint32_t block);  // 0 or an errno
+  void pass_on_later(Frame* f, uint32_t block);
+  void retry_passing();
+  bool receive_passed();  // whether any came
+  void signal_ready();  // wait_fd readable until rx_burst finds nothing to do
 
   SharedPool pool_;
   std::vector<Frame*> ready_;  // frames for the next rx_burst (FIFO): cut runs, answers
@@ -127,7 +151,15 @@ class UdpPort final : public Port {
   uint64_t rx_frames_ = 0, tx_frames_ = 0, rx_no_frame_ = 0, rx_oversize_ = 0;
   uint64_t rx_gro_ = 0, tx_gso_ = 0, tx_dropped_ = 0, answered_ = 0;
   std::array<std::atomic<uint64_t>, 2> kernel_drops_{};  // SO_RXQ_OVFL, per socket
-  uint32_t shift_len_ = 0, shift_ = 0;  // icrc_shift cached for the last run's packet length
+  uint32_t shift_len_ = 0, shift_ = 0;
+  int share_fd_ = -1;  // named for this process's block: what others pass on arrives here
+  uint32_t qpn_base_ = 0, qpn_span_ = 0, block_ = 0;
+  std::array<sockaddr_un, kShareBlocks> share_names_{};  // each block's owner's
+  std::array<socklen_t, kShareBlocks> share_name_lens_{};
+  std::vector<std::pair<Frame*, uint32_t>> waiting_owner_;  // to pass on: the owner was full
+  uint64_t rx_forwarded_ = 0, rx_unowned_ = 0;
+  uint32_t share_bursts_ = 0;
+  bool passed_came_ = false;  // icrc_shift cached for the last run's packet length
 };
 
 }  // namespace uroce::drivers

@@ -44,6 +44,8 @@ inline constexpr CmCounterInfo kPortCounterInfo[] = {
     {"port_rx_super", "af_packet: UDP GSO super-frames received from a uroce peer, cut into packets; udp: GRO datagrams so cut"},
     {"port_tx_super", "af_packet: UDP GSO super-frames sent (runs of packets in one write); udp: GSO sends"},
     {"shield_kept", "af_packet: RoCE frames uroce's tc program kept from the kernel's IP layer (uroce read them from its socket)"},
+    {"udp_passed_on", "udp, an address shared by several processes: datagrams that came here for another process's QP, passed on to it"},
+    {"udp_unowned", "udp, an address shared by several processes: datagrams for a QP no process here has (dropped)"},
 };
 inline constexpr size_t kPortCounters = std::size(kPortCounterInfo);
 

@@ -105,7 +105,10 @@ constexpr uint32_t kMaxQp = kQpnBlock / 4;
 /// 0x11 as in rdma_rxe. Returns the first QPN (0x11 if no block can be claimed) and the
 /// socket.
 uint32_t claim_qpn_block(const config::DeviceConfig& dc, int* claim_fd) {
-  const std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
+  std::string key = dc.iface.empty() ? dc.devargs.substr(0, dc.devargs.find(',')) : dc.iface;
+  // The udp port: processes that share its address (UdpPort::share) steer by these blocks.
+  if (dc.port == config::DeviceConfig::PortKind::kUdp)
+    key = "udp-" + (dc.ipv4 ? wire::to_string(*dc.ipv4) : wire::to_string(*dc.ipv6));
   *claim_fd = -1;
   for (uint32_t n = 0; n < 64; ++n) {
     const int fd = util::kernel_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -397,6 +400,7 @@ Runtime* open_runtime(Device* d) {
   rt->pid = getpid();
   std::string description;  // how the port is set up, for `uroce devinfo`
   std::vector<uint16_t> udp_source_ports;  // the udp port's sockets' (EngineConfig)
+  drivers::UdpPort* udp = nullptr;
   using Kind = config::DeviceConfig::PortKind;
   if (!dc.shm.empty()) {
     drivers::ShmConfig sc;
@@ -406,7 +410,7 @@ Runtime* open_runtime(Device* d) {
       description = sp->describe();
       rt->port_counters = [p = sp.get()](uint64_t* v) {
         const drivers::ShmPort::Stats& s = p->stats();
-        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_bad_slot, 0, 0, 0, 0, 0, 0};
+        const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_bad_slot, 0, 0, 0, 0, 0, 0, 0, 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -422,11 +426,13 @@ Runtime* open_runtime(Device* d) {
     if (up) {
       dc.ipv4 = up->ipv4();  // the one it took, with loopback_auto
       udp_source_ports = up->source_ports();
+      udp = up.get();
       description = up->describe();
       rt->port_counters = [p = up.get()](uint64_t* v) {
         const drivers::UdpPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize, 0, 0,
-                                s.rx_gro,    s.tx_gso,    0};
+                                s.rx_gro,    s.tx_gso,    0,
+                                s.rx_forwarded, s.rx_unowned};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -444,7 +450,7 @@ Runtime* open_runtime(Device* d) {
         const drivers::XdpPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
                                 s.steered,   s.passed,    0,            0,
-                                0};
+                                0,           0,           0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -462,7 +468,7 @@ Runtime* open_runtime(Device* d) {
         const drivers::PacketPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_frames, s.tx_frames, s.rx_dropped, s.rx_oversize,
                                 0,           0,           s.rx_super,   s.tx_super,
-                                sh != nullptr ? sh->dropped() : 0};
+                                sh != nullptr ? sh->dropped() : 0, 0, 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -481,7 +487,7 @@ Runtime* open_runtime(Device* d) {
       rt->port_counters = [p = dp.get(), sh = rt->shield.get()](uint64_t* v) {
         const drivers::DpdkPort::Stats s = p->stats();
         const uint64_t all[] = {s.rx_packets, s.tx_packets, s.rx_missed + s.rx_nombuf + s.rx_errors,
-                                0, 0, 0, 0, 0, sh != nullptr ? sh->dropped() : 0};
+                                0, 0, 0, 0, 0, sh != nullptr ? sh->dropped() : 0, 0, 0};
         static_assert(std::size(all) == kPortCounters);
         std::copy(std::begin(all), std::end(all), v);
       };
@@ -545,6 +551,11 @@ Runtime* open_runtime(Device* d) {
   ec.node_guid = d->guid;
   ec.first_qpn = claim_qpn_block(dc, &rt->qpn_claim_fd);
   ec.qpn_span = kQpnBlock;
+  if (udp != nullptr && !udp->share(ec.first_qpn, kQpnBlock, &err)) {
+    std::fprintf(stderr, "uroce: %s: %s\n", dc.name.c_str(), err.c_str());
+    errno = ENODEV;
+    return nullptr;
+  }
   ec.max_qp = kMaxQp;
   ec.cc.ecn = dc.ecn;
   ec.cc.cnp_dscp = dc.cnp_dscp;

@@ -109,13 +109,25 @@ TEST(UdpPort, OpeningErrorsNameTheFix) {
   elsewhere.ipv4 = wire::Ipv4Addr{192, 0, 2, 77};  // TEST-NET-1: no host has it
   EXPECT_EQ(UdpPort::open(elsewhere, &err), nullptr);
   EXPECT_NE(err.find("no address of this host"), std::string::npos) << err;
-  auto first = open4(10);
-  ASSERT_NE(first, nullptr);
+  // Taken by a socket that does not share it (as the kernel's rdma_rxe holds 4791).
+  const int other = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(4791);
+  const wire::Ipv4Addr ten = v4(10);
+  std::memcpy(&a.sin_addr, ten.data(), 4);
+  ASSERT_EQ(bind(other, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
   UdpConfig again;
   again.ipv4 = v4(10);
   EXPECT_EQ(UdpPort::open(again, &err), nullptr);
-  EXPECT_NE(err.find("127.77.0.10:4791 is taken"), std::string::npos) << err;
-  EXPECT_NE(err.find("127.0.0.2"), std::string::npos) << err;
+  EXPECT_NE(err.find("127.77.0.10:4791 is taken by a program that does not share it"),
+            std::string::npos)
+      << err;
+  close(other);
+  // Another uroce port (of this user) shares it.
+  auto first = open4(10), second = open4(10);
+  EXPECT_NE(first, nullptr);
+  EXPECT_NE(second, nullptr);
 }
 
 TEST(UdpPort, LoopbackCandidatesRunFrom127002AndSkipEachNetworksZeroAnd255) {
@@ -364,6 +376,127 @@ TEST(UdpPort, NeighboursAreAnsweredByThePortAndWakeItsWaiter) {
   junk->len = 60;
   send_all(*a, {junk});
   EXPECT_EQ(a->stats().tx_dropped, 1u);
+}
+
+// Two processes' ports on one address (each would be in a process of its own; the kernel
+// cannot tell), and a third port sending to QPs of each and to QP1.
+struct SharedAddress {
+  std::unique_ptr<UdpPort> first, second, peer;
+  uint32_t first_block, second_block;
+  SharedAddress(uint8_t shared, uint8_t other, uint32_t block1, uint32_t block2)
+      : first_block(block1), second_block(block2) {
+    UdpConfig c;
+    c.ipv4 = v4(shared);
+    c.frames = 512;
+    std::string err;
+    first = UdpPort::open(c, &err);  // joins the socket group first: index 0
+    EXPECT_NE(first, nullptr) << err;
+    second = UdpPort::open(c, &err);
+    EXPECT_NE(second, nullptr) << err;
+    peer = open4(other);
+    if (!first || !second) return;
+    EXPECT_TRUE(first->share(0x11 + first_block * 0x10000, 0x10000, &err)) << err;
+    EXPECT_TRUE(second->share(0x11 + second_block * 0x10000, 0x10000, &err)) << err;
+  }
+  /// `n` packets to a QP of each block, and two to QP1; returns the QPNs each port got.
+  std::pair<std::vector<uint32_t>, std::vector<uint32_t>> exchange(uint8_t shared, uint8_t other, uint32_t n) {
+    const wire::Gid gs = wire::ipv4_mapped_gid(v4(shared)), go = wire::ipv4_mapped_gid(v4(other));
+    std::vector<Frame*> out;
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t b : {first_block, second_block}) {
+        // No run mixes the QPs (the kernel steers a run by its first packet).
+        const uint16_t sport = peer->source_ports()[(b == first_block ? 0 : 4) + i % 4];
+        Frame* f = roce_frame(*peer, go, gs, sport, 4791, i, 100);
+        f->data[42 + 5] = static_cast<uint8_t>(b);  // destination QP 0x<b>3456 (ICRC redone below)
+        wire::ParsedPacket p;
+        wire::parse_frame(f->bytes(), p);
+        wire::store_icrc(f->data + f->len - 4, p.icrc_calc);
+        out.push_back(f);
+      }
+    for (uint32_t psn : {1000u, 1001u}) {
+      Frame* f = roce_frame(*peer, go, gs, 4791, 4791, psn, 256);
+      f->data[42 + 5] = f->data[42 + 6] = 0;
+      f->data[42 + 7] = 1;  // QP1
+      wire::ParsedPacket p;
+      wire::parse_frame(f->bytes(), p);
+      wire::store_icrc(f->data + f->len - 4, p.icrc_calc);
+      out.push_back(f);
+    }
+    send_all(*peer, out);
+    std::vector<uint32_t> got[2];
+    UdpPort* ports[2] = {first.get(), second.get()};
+    // Both polled in turn (what lands at one may have to be passed on to the other).
+    for (int rounds = 0; got[0].size() + got[1].size() < 2 * n + 4 && rounds < 1000; ++rounds) {
+      for (int k = 0; k < 2; ++k) {
+        Frame* burst[64];
+        const uint16_t m = ports[k]->rx_burst(0, burst);
+        for (uint16_t i = 0; i < m; ++i) {
+          wire::ParsedPacket p;
+          EXPECT_EQ(wire::parse_frame(burst[i]->bytes(), p), wire::ParseError::kOk);
+          got[k].push_back(p.hdr.bth.dest_qp);
+          ports[k]->free_frame(burst[i]);
+        }
+      }
+      pollfd pf[2] = {{first->wait_fd(), POLLIN, 0}, {second->wait_fd(), POLLIN, 0}};
+      if (got[0].size() + got[1].size() < 2 * n + 4) poll(pf, 2, 10);
+    }
+    return {got[0], got[1]};
+  }
+};
+
+uint32_t count(const std::vector<uint32_t>& v, uint32_t qpn) {
+  return static_cast<uint32_t>(std::count(v.begin(), v.end(), qpn));
+}
+
+TEST(UdpPort, ProcessesSharingAnAddressEachGetTheirQpsPacketsSteeredByTheKernel) {
+  // Blocks in the order the sockets joined: the group's program steers every packet to its
+  // QP's process, and nothing has to be passed on.
+  SharedAddress s(20, 21, 0, 1);
+  ASSERT_TRUE(s.first && s.second && s.peer);
+  const auto [first, second] = s.exchange(20, 21, 30);
+  EXPECT_EQ(count(first, 0x003456), 30u);
+  EXPECT_EQ(count(second, 0x013456), 30u);
+  EXPECT_EQ(count(first, 1), 2u) << "QP1's (the CM's) reach both";
+  EXPECT_EQ(count(second, 1), 2u);
+  EXPECT_EQ(first.size(), 32u);
+  EXPECT_EQ(second.size(), 32u);
+  EXPECT_EQ(s.first->stats().rx_forwarded + s.second->stats().rx_forwarded, 2u)
+      << "the classic-BPF program chose each data packet's socket: only QP1's were passed on";
+}
+
+TEST(UdpPort, ProcessesSharingAnAddressPassOnWhatLandsAtTheWrongOne) {
+  // The kernel numbered the sockets the other way round (as after one left the group): every
+  // data packet lands at the other process, which passes it on.
+  SharedAddress s(22, 23, 1, 0);
+  ASSERT_TRUE(s.first && s.second && s.peer);
+  const auto [first, second] = s.exchange(22, 23, 30);
+  EXPECT_EQ(count(first, 0x013456), 30u);
+  EXPECT_EQ(count(second, 0x003456), 30u);
+  EXPECT_EQ(count(first, 1) + count(second, 1), 4u);
+  EXPECT_EQ(first.size() + second.size(), 64u);
+  EXPECT_EQ(s.first->stats().rx_forwarded + s.second->stats().rx_forwarded, 62u)
+      << "60 data packets, 2 of QP1 copied";
+  EXPECT_EQ(s.first->stats().rx_unowned + s.second->stats().rx_unowned, 0u);
+}
+
+TEST(UdpPort, APacketForABlockNoProcessHasIsDropped) {
+  SharedAddress s(24, 25, 0, 1);
+  ASSERT_TRUE(s.first && s.second && s.peer);
+  // Block 2: the program's index is past the group, the kernel picks by hash; nobody owns it.
+  const wire::Gid gs = wire::ipv4_mapped_gid(v4(24)), go = wire::ipv4_mapped_gid(v4(25));
+  Frame* f = roce_frame(*s.peer, go, gs, 4791, 4791, 7, 100);
+  f->data[42 + 5] = 2;
+  wire::ParsedPacket p;
+  wire::parse_frame(f->bytes(), p);
+  wire::store_icrc(f->data + f->len - 4, p.icrc_calc);
+  send_all(*s.peer, {f});
+  for (int i = 0; i < 1000 && s.first->stats().rx_unowned + s.second->stats().rx_unowned == 0; ++i) {
+    Frame* burst[8];
+    for (UdpPort* q : {s.first.get(), s.second.get()}) EXPECT_EQ(q->rx_burst(0, burst), 0u);
+    pollfd pf[2] = {{s.first->wait_fd(), POLLIN, 0}, {s.second->wait_fd(), POLLIN, 0}};
+    poll(pf, 2, 10);
+  }
+  EXPECT_EQ(s.first->stats().rx_unowned + s.second->stats().rx_unowned, 1u);
 }
 
 TEST(UdpPort, MadeUpEthernetAddressesAreUnicastLocallyAdministeredAndDistinct) {

@@ -96,6 +96,42 @@ pf ib_atomic_lat ib_atomic_lat -n 500
 run_pair "rping -V" 7174 "rdma-ping-9:" rping -s -a "$srv" -C 10 -V -- rping -c -v -V -a "$srv" -C 10
 run_pair ucmatose 7471 "return status 0" ucmatose -b "$srv" -- ucmatose -s "$srv"
 
+# Two programs on one address (SO_REUSEPORT; a classic-BPF program steers each datagram to the
+# process of its QP, QP1's reach every process: docs/udp.md): two servers bound to $srv at once,
+# each with a client of its own, PORT in the arguments standing for each one's port (the
+# pingpongs wait for completion events: four programs spinning on two cores would crawl).
+shared_pairs() {  # NAME EXPECT PORT1 PORT2 SERVER-ARGS... -- CLIENT-ARGS...
+  local name=$1 expect=$2 ports=("$3" "$4"); shift 4
+  local sargs=(); while [ "$1" != "--" ]; do sargs+=("$1"); shift; done; shift
+  local pids=() p k
+  for p in "${ports[@]}"; do
+    on "$srv" "${sargs[@]/PORT/$p}" >"$log/server$p" 2>&1 &
+    pids+=($!)
+    wait_tcp "$p" "${pids[-1]}" || { cat "$log/server$p"; exit 1; }
+  done
+  for k in 0 1; do
+    p=${ports[$k]}
+    on "$net.$((4 + k))" "${@/PORT/$p}" >"$log/client$p" 2>&1 &
+    pids+=($!)
+  done
+  local bad=""
+  for k in 0 1 2 3; do wait "${pids[$k]}" || bad="$bad ${pids[$k]}"; done
+  for p in "${ports[@]}"; do grep -qE "$expect" "$log/client$p" || bad="$bad client$p"; done
+  if [ -n "$bad" ]; then
+    echo "FAIL: $name:$bad"
+    for p in "${ports[@]}"; do tail -n 20 "$log/server$p" "$log/client$p"; done
+    exit 1
+  fi
+  local said=()
+  for p in "${ports[@]}"; do said+=("$(grep -E "$expect" "$log/client$p" | tail -1 | tr -s ' \t' ' ')"); done
+  echo "ok: $name: ${said[0]} | ${said[1]}"
+}
+shared_pairs "two ibv_rc_pingpong servers on one address" 'iters in' "$tcp" "$((tcp + 1))" \
+  ibv_rc_pingpong -e -g 1 -n 300 -p PORT -- ibv_rc_pingpong -e -g 1 -n 300 -p PORT 127.0.0.1
+tcp=$((tcp + 2))
+shared_pairs "two rping -V servers on one address" 'rdma-ping-9:' 7174 7175 \
+  rping -s -a "$srv" -p PORT -C 10 -V -- rping -c -v -V -a "$srv" -p PORT -C 10
+
 # Nothing configured at all (no file, no UROCE_* device setting): `uroce run` picks the UDP
 # port on loopback, each process takes a free 127.0.0.x, and a client reaches the server at
 # 127.0.0.1, as the programs' man pages say, rdma_cm included (the rendezvous, docs/udp.md).
