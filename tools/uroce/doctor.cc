@@ -29,7 +29,7 @@
 namespace uroce::doctor {
 namespace {
 
-constexpr int kCapNetAdmin = 12, kCapNetRaw = 13, kCapSysAdmin = 21, kCapBpf = 39;
+constexpr int kCapNetAdmin = 12, kCapNetRaw = 13, kCapSysAdmin = 21, kCapMknod = 27, kCapBpf = 39;
 
 /// The effective capabilities (/proc/self/status CapEff).
 uint64_t effective_caps() {
@@ -122,6 +122,11 @@ std::string read_line(const char* path) {
 
 }  // namespace
 
+bool can_mount_and_mknod() {
+  const uint64_t caps = effective_caps();
+  return has(caps, kCapSysAdmin) && has(caps, kCapMknod);
+}
+
 int run() {
   const uint64_t caps = effective_caps();
   const bool root = geteuid() == 0;
@@ -172,10 +177,11 @@ int run() {
                    "(shm = <socket path>, ipv4 = ...), no privilege");
 
   std::string ns_why;
-  const bool view = root || user_namespace_works(&ns_why);
+  const bool admin = root && can_mount_and_mknod();
+  const bool view = admin || user_namespace_works(&ns_why);
   row("device view", view,
-      root ? "as root, `uroce run` shows /dev/infiniband and /sys/class/infiniband entries "
-             "through overlays (UCX, MPI and rdma-core's tests look there)"
+      admin ? "as root, `uroce run` shows /dev/infiniband and /sys/class/infiniband entries "
+              "through overlays (UCX, MPI and rdma-core's tests look there)"
       : view ? "user namespaces work: `uroce run` shows the device in /dev/infiniband and "
                "/sys/class/infiniband (UCX, MPI and rdma-core's tests look there)"
              : ns_why + ": no user namespace for the device view (a container's seccomp "

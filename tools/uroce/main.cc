@@ -208,7 +208,8 @@ std::vector<std::string> submounts(const std::string& root) {
   return out;
 }
 
-/// The fallback that needs no privilege (give_device_files as another user than root): a user
+/// The fallback that needs no privilege (give_device_files as another user than root, or as
+/// root without CAP_SYS_ADMIN and CAP_MKNOD, as in a container): a user
 /// namespace of the program's own in which it keeps its uid and gid (mapped to themselves)
 /// and, once it runs, has no capability (exec by a uid other than 0 drops them), with a mount
 /// namespace in which
@@ -340,7 +341,10 @@ bool give_device_files(std::string* why) {
       netdevs.emplace_back(d.name, d.iface);
   }
   if (names.empty() && netdevs.empty()) return true;
-  if (geteuid() != 0) return view_without_root(names, netdevs, why);
+  // Root's way needs CAP_SYS_ADMIN and CAP_MKNOD; root in a container (podman's and Docker's
+  // default capabilities) takes an ordinary user's.
+  if (geteuid() != 0 || !uroce::doctor::can_mount_and_mknod())
+    return view_without_root(names, netdevs, why);
   auto failed = [why](const char* step) {
     *why = std::string(step) + ": " + std::strerror(errno);
     return false;
