@@ -263,6 +263,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
   // Frames: a buffer each, with room for the headers written in front of a datagram.
   p->pool_.init(cfg.frames, kPayloadOff, p->max_frame_);
   p->ready_.reserve(cfg.frames);
+  p->spare_.reserve(kMsgs);
   if (cfg.gso) p->overflow_.resize(size_t{kOverflow} * kMsgs);
   // One descriptor to sleep on: the sockets and the answers' eventfd.
   p->answers_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -646,9 +647,16 @@ void UdpPort::receive(const Sock& s) {
   const size_t from = ready_.size();
   size_t want = 0;
   const size_t asked = std::min<size_t>(kMsgs, ready_.capacity() - ready_.size());
+  // Frames stay with the port between calls (spare_): a poll that finds nothing, most of a
+  // busy poller's, takes none from the pool and gives none back (each a locked operation).
   for (; want < asked; ++want) {
-    Frame* f = alloc_frame();
-    if (f == nullptr) break;
+    Frame* f = nullptr;
+    if (!spare_.empty()) {
+      f = spare_.back();
+      spare_.pop_back();
+    } else if ((f = alloc_frame()) == nullptr) {
+      break;
+    }
     fs[want] = f;
     iov[want][0] = {SharedPool::buffer(f) + kPayloadOff, room};
     if (gso_) iov[want][1] = {overflow_.data() + size_t{kOverflow} * want, kOverflow};
@@ -663,7 +671,7 @@ void UdpPort::receive(const Sock& s) {
   if (want == 0) return;
   const int got = recvmmsg(s.fd, msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
   const size_t n = got > 0 ? static_cast<size_t>(got) : 0;
-  for (size_t k = n; k < want; ++k) free_frame(fs[k]);
+  for (size_t k = want; k > n; --k) spare_.push_back(fs[k - 1]);  // the first unused on top
   for (size_t k = 0; k < n; ++k) {
     Frame* f = fs[k];
     const msghdr& h = msgs[k].msg_hdr;

@@ -132,6 +132,7 @@ class UdpPort final : public Port {
   SharedPool pool_;
   std::vector<Frame*> ready_;  // frames for the next rx_burst (FIFO): cut runs, answers
   size_t ready_head_ = 0;
+  std::vector<Frame*> spare_;  // taken from the pool for a receive that did not need them
   std::vector<uint8_t> overflow_;  // per message of a recvmmsg: a GRO datagram's tail
   std::array<Sock, 2> socks_;
   size_t nsocks_ = 0;

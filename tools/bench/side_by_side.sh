@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The kernel's own sockets and uroce on the same link, in one run: two network namespaces
-# joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B) and qperf (tcp_lat,
-# udp_lat) over the kernel, then unmodified perftest over uroce (uroce's own af_packet port,
+# joined by a veth pair (MTU 9000), iperf3 (TCP; UDP 64 B and 8000 B), qperf (tcp_lat,
+# udp_lat) and a busy-polling UDP ping-pong (tools/bench/udp_pingpong.c) over the kernel, then
+# unmodified perftest over uroce (uroce's own af_packet port,
 # with UDP GSO super-frames, on the same veth; then DPDK's net_af_packet and the port without
 # GSO or without doorbell batching for comparison), the latency tests again with the progress thread spinning (progress = poll),
 # perftest again on uroce's own AF_XDP port (port = af_xdp) on the same veth,
@@ -31,7 +32,7 @@ for t in iperf3 qperf ib_write_bw; do
 done
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DUROCE_BUILD_TESTS=OFF >/dev/null
 cmake --build build-release -j"${UROCE_JOBS:-2}" --target uroce_ibverbs uroce qp_scale cq_wait \
-  memcpy_bw >/dev/null
+  memcpy_bw udp_pingpong >/dev/null
 uroce=$PWD/build-release/tools/uroce/uroce
 a=uroce-bench-a b=uroce-bench-b
 tmp=$(mktemp -d)
@@ -93,6 +94,22 @@ PY
   echo "$v $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
 }
 # qperf: TEST (tcp_lat / udp_lat), one-way latency of 8-byte messages in us.
+# A busy-polling UDP ping-pong of 8-byte messages (tools/bench/udp_pingpong.c: both sides spin,
+# as perftest does): the floor under any RoCE stack on the kernel's UDP sockets. One-way us.
+busy_pp() {
+  local ns=${srv_ns:-$b} server
+  ip netns exec "$ns" /usr/bin/time -f "%P" -o "$tmp/s.cpu" \
+    "$PWD/build-release/tools/bench/udp_pingpong" -s "${dst:-10.91.0.2}" -n 200000 >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 200); do  # bound (a datagram sent before that is lost)
+    [ -n "$(ip netns exec "$ns" ss -Hlun "sport = :18900" 2>/dev/null)" ] && break
+    sleep 0.05
+  done
+  ip netns exec "${cli_ns:-$a}" /usr/bin/time -f "%P" -o "$tmp/c.cpu" \
+    "$PWD/build-release/tools/bench/udp_pingpong" "${dst:-10.91.0.2}" -n 200000 >"$tmp/c.out" 2>&1 || true
+  wait "$server" || true
+  echo "$(awk 'NR == 1 {print $1}' "$tmp/c.out") $(cpu_of "$tmp/s.cpu") $(cpu_of "$tmp/c.cpu")"
+}
 qperf_lat() {
   ip netns exec "${srv_ns:-$b}" /usr/bin/time -f "%P" -o "$tmp/s.cpu" qperf >/dev/null 2>&1 &
   local server=$!
@@ -239,6 +256,7 @@ row kernel "iperf3 UDP 64 B" msg/s - iperf udp_pps -u -b 0 -l 64
 row kernel "iperf3 UDP 8000 B" MB/s - iperf udp_MBps -u -b 0 -l 8000
 row kernel "qperf tcp_lat 8 B" us - qperf_lat tcp_lat
 row kernel "qperf udp_lat 8 B" us - qperf_lat udp_lat
+row kernel "busy UDP ping-pong 8 B" us - busy_pp
 mpps_to_msgs() { awk '{printf "%d %s %s\n", $1 * 1e6, $2, $3}'; }
 bw64() { perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_to_msgs; }
 row uroce "ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" bw64
@@ -283,6 +301,7 @@ row udp "udp ib_write_bw 64 KiB" MB/s "iperf3 TCP" udp perftest 4 ib_write_bw -d
 row udp "udp ib_send_lat 8 B" us "qperf udp_lat 8 B" udp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row kernel "iperf3 TCP lo" MB/s - lo iperf tcp_MBps
 row kernel "qperf udp_lat 8 B lo" us - lo qperf_lat udp_lat
+row kernel "busy UDP ping-pong 8 B lo" us - lo busy_pp
 row udp "udp lo ib_write_bw 64 KiB" MB/s "iperf3 TCP lo" udplo perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row udp "udp lo ib_send_lat 8 B" us "qperf udp_lat 8 B lo" udplo perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 # The middleware over the kernel's TCP and over uroce, on the same link.
