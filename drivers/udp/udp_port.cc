@@ -254,7 +254,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
   }
   p->cfg_ = cfg;
   p->cfg_.shareable = cfg.shareable && !pick;
-  if (p->nsocks_ == 1) p->open_senders(cfg.source_ports);
+  p->open_senders(cfg.source_ports);
   if (p->source_ports_.empty()) p->source_ports_ = {cfg.udp_port};
   p->mtu_ = mtu_of(p->socks_[0].fd, cfg, &ifname);
   if (p->mtu_ == 0) p->mtu_ = 1500;
@@ -291,53 +291,75 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpConfig& given, std::string* erro
                : "one packet per datagram (gso = no)") +
       "; " +
       (p->senders_.empty() ? std::string("every packet from port ") + std::to_string(cfg.udp_port)
-                           : "QPs spread over " + std::to_string(p->senders_.size()) +
+                           : "QPs spread over " + std::to_string(p->source_ports_.size()) +
                                  " source ports (send-only sockets)") +
       "; " + std::to_string(cfg.frames) + " frames of " + std::to_string(p->max_frame_) +
       " B; Ethernet addresses made up from IP addresses, neighbours answered by the port";
   return p;
 }
 
-void UdpPort::open_senders(uint32_t n) {
-  // Bound to the port's address, port 0 (the kernel picks a free one), with the receiving
-  // socket's DF setting (identification 0); they never receive: a filter drops all.
-  const Sock& main = socks_[0];
+int UdpPort::open_sender(bool v6, uint16_t port, uint16_t* bound) {
+  // Bound to the port's address of that family and `port` (0: the kernel picks a free one),
+  // with the receiving socket's DF setting (identification 0); it never receives: a filter
+  // drops everything sent to it. -1 and errno on failure.
   static const sock_filter kDropAll[] = {{BPF_RET | BPF_K, 0, 0, 0}};
   const sock_fprog drop{1, const_cast<sock_filter*>(kDropAll)};
-  const int one = 1, df = main.v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;
-  for (uint32_t k = 0; k < n; ++k) {
-    const int fd = util::kernel_socket(main.v6 ? AF_INET6 : AF_INET,
-                                       SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return;
-    sockaddr_storage ss{};
-    socklen_t sl;
-    if (main.v6) {
-      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-      a->sin6_family = AF_INET6;
-      std::memcpy(&a->sin6_addr, cfg_.ipv6->data(), 16);
-      sl = sizeof *a;
-    } else {
-      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-      a->sin_family = AF_INET;
-      std::memcpy(&a->sin_addr, cfg_.ipv4->data(), 4);
-      sl = sizeof *a;
-    }
-    const bool ok =
-        (main.v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0 &&
-                       setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &df, sizeof df) == 0
-                 : setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof df) == 0) &&
-        setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof drop) == 0 &&
-        bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0;
-    if (!ok) {  // fewer source ports: the QPs share the ones there are
-      close(fd);
+  const int one = 1, df = v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;
+  const int fd = util::kernel_socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  sockaddr_storage ss{};
+  socklen_t sl;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    std::memcpy(&a->sin6_addr, cfg_.ipv6->data(), 16);
+    sl = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    std::memcpy(&a->sin_addr, cfg_.ipv4->data(), 4);
+    sl = sizeof *a;
+  }
+  const bool ok = (v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0 &&
+                            setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &df, sizeof df) == 0
+                      : setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &df, sizeof df) == 0) &&
+                  setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof drop) == 0 &&
+                  bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0;
+  if (!ok) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  util::size_socket_buffers(fd, 4096, 4 << 20);
+  *bound = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                    : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+void UdpPort::open_senders(uint32_t n) {
+  // With both families bound, one port number for a socket of each (the engine picks a QP's
+  // port without asking its family): a number the second family finds taken is given back
+  // and another tried. Fewer than n (an error): the QPs share the ones there are.
+  const bool both = nsocks_ == 2;
+  for (uint32_t k = 0, tries = 0; k < n && tries < 4 * n; ++tries) {
+    uint16_t port = 0;
+    const int a = open_sender(socks_[0].v6, 0, &port);
+    if (a < 0) return;
+    const int b = both ? open_sender(socks_[1].v6, port, &port) : -1;
+    if (both && b < 0) {
+      const int e = errno;
+      close(a);
+      if (e == EADDRINUSE) continue;
       return;
     }
-    util::size_socket_buffers(fd, 4096, 4 << 20);
-    const uint16_t port = ntohs(main.v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    senders_.push_back({fd, main.v6, port});
+    senders_.push_back({a, socks_[0].v6, port});
+    if (b >= 0) senders_.push_back({b, socks_[1].v6, port});
     source_ports_.push_back(port);
+    ++k;
   }
 }
 

@@ -49,7 +49,7 @@ struct UdpConfig {
   bool gso = true;                     // runs of packets as one UDP GSO send; UDP_GRO
   // Send-only sockets on ports the kernel picks, for per-QP source-port entropy (ECMP paths,
   // a receiver's RSS queues): each QP sends from one of them (EngineConfig::udp_src_ports).
-  // 0: every packet from udp_port. Only with one address family bound (with both, udp_port).
+  // 0: every packet from udp_port. With both families bound, each port has a socket of each.
   uint32_t source_ports = 8;
   // Other uroce processes of this user may bind the same address and port (SO_REUSEPORT;
   // share() says how datagrams find their process). Not with loopback_auto, where a taken
@@ -118,6 +118,7 @@ class UdpPort final : public Port {
   };
   const Sock* sender(bool v6, uint16_t port) const;
   void open_senders(uint32_t n);
+  int open_sender(bool v6, uint16_t port, uint16_t* bound);
   UdpPort() = default;
   void answer_neighbor(const Frame* f);
   void receive(const Sock& s);
@@ -137,7 +138,7 @@ class UdpPort final : public Port {
   std::array<Sock, 2> socks_;
   size_t nsocks_ = 0;
   size_t next_sock_ = 0;
-  std::vector<Sock> senders_;  // send-only, one per source port but udp_port's
+  std::vector<Sock> senders_;  // send-only: per source port but udp_port's, one per family
   std::vector<uint16_t> source_ports_;
   int wait_fd_ = -1;   // a socket, or an epoll set of both and answers_fd_
   int epoll_fd_ = -1;

@@ -298,6 +298,7 @@ size_t Engine::poll(uint64_t now_ns) {
       acks_held_until_ = now_ + hold;
       counters_.inc(Counter::acks_held);
     }
+    acks_held_count_ = tx_batch_.size();
   } else {
     flush_tx();
   }
@@ -693,6 +694,12 @@ void Engine::tx_frame(Frame* f) {
 }
 
 void Engine::flush_tx() {
+  // Held ACKs leave behind the reply they waited for: a reply and its ACK to one peer then
+  // make a run (all packets as long as the first but the last), which a UDP socket (and the
+  // af_packet port's super-frames) sends as one GSO datagram: one trip through the kernel.
+  if (acks_held_until_ != 0 && acks_held_count_ < tx_batch_.size())
+    std::rotate(tx_batch_.begin(), tx_batch_.begin() + static_cast<std::ptrdiff_t>(acks_held_count_),
+                tx_batch_.end());
   size_t off = 0;
   while (off < tx_batch_.size()) {
     const uint16_t n = port_.tx_burst(now_, std::span<Frame* const>(tx_batch_).subspan(off));
@@ -711,6 +718,7 @@ void Engine::flush_tx() {
   tx_batch_.clear();
   tx_batch_acks_ = 0;
   acks_held_until_ = 0;
+  acks_held_count_ = 0;
 }
 
 // ---- Local memory ---------------------------------------------------------------------------

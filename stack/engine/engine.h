@@ -279,7 +279,7 @@ class Engine {
   bool pop_async_event(AsyncEvent* ev);
   /// For the next poll() only: if all it has to send is ACKs, they wait, up to `hold_ns`
   /// after they were first kept, for something else to send (the application's reply, most
-  /// likely), and then leave in one burst with it, ACKs first; the first poll after that
+  /// likely), and then leave in one burst with it, behind it; the first poll after that
   /// sends them anyway, as does any flush. 0: no wait. The verbs provider asks for it in the
   /// polls of an application that answers at once (docs/threading.md, "The ACK rides with
   /// the reply").
@@ -544,6 +544,7 @@ class Engine {
   size_t tx_batch_acks_ = 0;     // how many of tx_batch_ are ACKs (send_ack)
   uint64_t ack_hold_ns_ = 0;     // hold_acks_next_poll()
   uint64_t acks_held_until_ = 0;  // ACKs alone in tx_batch_ are kept until then (0: none)
+  size_t acks_held_count_ = 0;    // how many: the front of tx_batch_ (flush_tx sends them last)
   static constexpr size_t kLoopbackQueue = 4096;  // frames to ourselves waiting for poll()
   Ring<Frame*> loopback_;
   Counters counters_;

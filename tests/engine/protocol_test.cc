@@ -78,9 +78,10 @@ class AckHold : public Responder {
   }
 };
 
-TEST_F(AckHold, TheAckWaitsForTheReplyAndLeavesFirstInItsBurst) {
+TEST_F(AckHold, TheAckWaitsForTheReplyAndLeavesBehindItInItsBurst) {
   // A WRITE with AckReq arrives in a poll that may hold ACKs. Expect: nothing sent, the
-  // engine due again within the hold; then the reply goes out in one burst behind the ACK.
+  // engine due again within the hold; then the reply goes out in one burst, the ACK behind it
+  // (the longer packet first: a UDP socket sends the two as one GSO datagram).
   send(opcode::kRcWriteOnly, kEpsn, std::vector<uint8_t>(16, 0x5A), reth(0, 16));
   EXPECT_TRUE(held_step().empty());
   EXPECT_EQ(mem[32], 0x5A);  // executed, only the ACK waits
@@ -92,11 +93,11 @@ TEST_F(AckHold, TheAckWaitsForTheReplyAndLeavesFirstInItsBurst) {
   auto out = held_step();
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(port.bursts, bursts + 1);  // one write
-  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
-  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
-  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
-  EXPECT_EQ(out[1].hdr.bth.opcode, opcode::kRcSendOnly);
-  EXPECT_EQ(out[1].hdr.bth.psn, 5000u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcSendOnly);
+  EXPECT_EQ(out[0].hdr.bth.psn, 5000u);
+  EXPECT_EQ(out[1].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(out[1].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(out[1].hdr.ext.aeth.msn, 1u);
   EXPECT_EQ(engine->counters()[Counter::acks_held_alone], 0u);
 }
 

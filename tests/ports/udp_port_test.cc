@@ -298,6 +298,41 @@ TEST(UdpPort, WithoutGroTheKernelCutsTheRunAndTheIdentificationsAreSolvedFor) {
   }
 }
 
+TEST(UdpPort, WithBothFamiliesEachSourcePortHasASocketOfEach) {
+  UdpConfig c;
+  c.ipv4 = v4(26);
+  c.ipv6 = kLoop6;
+  c.udp_port = 47919;
+  c.frames = 256;
+  std::string err;
+  auto a = UdpPort::open(c, &err);
+  ASSERT_NE(a, nullptr) << err;
+  c.ipv4 = v4(27);
+  c.udp_port = 47920;
+  auto b = UdpPort::open(c, &err);
+  ASSERT_NE(b, nullptr) << err;
+  const std::vector<uint16_t> ports = a->source_ports();
+  ASSERT_EQ(ports.size(), c.source_ports);
+  std::vector<Frame*> out;
+  for (uint32_t i = 0; i < ports.size(); ++i) {
+    out.push_back(roce_frame(*a, kLoop6, kLoop6, ports[i], 47920, i, 100));
+    out.push_back(roce_frame(*a, wire::ipv4_mapped_gid(v4(26)), wire::ipv4_mapped_gid(v4(27)),
+                             ports[i], 47920, 100 + i, 100));
+  }
+  send_all(*a, out);
+  EXPECT_EQ(a->stats().tx_dropped, 0u) << "a socket of each family on each port";
+  const std::vector<Frame*> in = receive(*b, 2 * ports.size());
+  ASSERT_EQ(in.size(), 2 * ports.size());
+  std::set<std::pair<bool, uint16_t>> seen;
+  for (Frame* f : in) {
+    const bool v6 = (f->data[12] << 8 | f->data[13]) == 0x86DD;
+    const uint8_t* udp = f->data + 14 + (v6 ? 40 : 20);
+    seen.insert({v6, static_cast<uint16_t>(udp[0] << 8 | udp[1])});
+    b->free_frame(f);
+  }
+  EXPECT_EQ(seen.size(), 2 * ports.size()) << "each port, from each family";
+}
+
 TEST(UdpPort, Ipv6PacketsCrossLoopback) {
   UdpConfig c;
   c.ipv6 = kLoop6;
