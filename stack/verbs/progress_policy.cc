@@ -10,6 +10,12 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 
 /// A moving average over about the last eight samples.
 uint64_t average(uint64_t avg, uint64_t sample) { return avg - avg / 8 + sample / 8; }
+
+/// Evidence against waiting for the answer (kAnswerMiss).
+void answer_missed(std::atomic<uint32_t>& score) {
+  const uint32_t s = score.load(kRelaxed);
+  score.store(s > kAnswerMiss ? s - kAnswerMiss : 0, kRelaxed);
+}
 }  // namespace
 
 // ---- The application's threads ----------------------------------------------------------
@@ -28,17 +34,21 @@ void ProgressPolicy::app_back(uint64_t now, bool posted, uint64_t last_rx_ns) {
   uint64_t wait = 0;
   if (answered != 0) {
     if (posted && gap < kAnswerSlackNs && answered >= kAnswerMinAwayNs) wait = answered;
-  } else if (gap >= kAnswerMinAwayNs && last_rx_ns > last && now - last_rx_ns < kAnswerSlackNs) {
+  } else if (last_rx_ns <= last) {
+    // Nothing came since the completions: the answer came with them (a reply and the ACK
+    // it carried, in one pass) or there was none to wait for. Either way, no evidence.
+    return;
+  } else if (gap >= kAnswerMinAwayNs && now - last_rx_ns < kAnswerSlackNs) {
     wait = last_rx_ns - last;
   }
   if (wait == 0) {
-    answer_score_.store(0, kRelaxed);
+    answer_missed(answer_score_);
     return;
   }
   const uint64_t a = answer_gap_ns_.load(kRelaxed);
   answer_gap_ns_.store(a == 0 ? wait : average(a, wait), kRelaxed);
   const uint32_t score = answer_score_.load(kRelaxed);
-  if (score < kAnswerScore) answer_score_.store(score + 1, kRelaxed);
+  if (score < kAnswerScoreMax) answer_score_.store(score + 1, kRelaxed);
 }
 
 void ProgressPolicy::post_begins(uint64_t now, uint64_t rx_seq, uint64_t last_rx_ns) {
@@ -92,11 +102,8 @@ AnswerPlan ProgressPolicy::answer_plan(bool has_channel, uint64_t rx_seq) {
   // Never on a CQ with a completion channel: its application sleeps in the kernel meanwhile
   // and wants its CPU back.
   if (answer_score_.load(kRelaxed) < kAnswerScore || has_channel) return {};
-  const uint64_t budget = 2 * answer_gap_ns_.load(kRelaxed) + kAnswerSlackNs;
-  if (budget > kMaxAnswerWaitNs) {  // a peer too slow to wait for
-    answer_score_.store(0, kRelaxed);
-    return {};
-  }
+  const uint64_t budget =
+      std::min(2 * answer_gap_ns_.load(kRelaxed) + kAnswerSlackNs, kMaxAnswerWaitNs);
   // Since the application's last post, its completions' packet (an ACK) came; the one after
   // it is the answer, which may be here already (both in one pass).
   if (rx_seq - rx_seq_at_post_.load(kRelaxed) >= 2) {
@@ -108,7 +115,7 @@ AnswerPlan ProgressPolicy::answer_plan(bool has_channel, uint64_t rx_seq) {
 
 void ProgressPolicy::answer_waited(bool came, uint64_t waited_ns) {
   if (!came) {  // the application is handed over as before
-    answer_score_.store(0, kRelaxed);
+    answer_missed(answer_score_);
     return;
   }
   answered_after_.store(std::max<uint64_t>(waited_ns, 1), kRelaxed);

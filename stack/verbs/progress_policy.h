@@ -57,13 +57,22 @@ inline constexpr uint32_t kIdleSlices = 20'000;
 /// does; the slack covers a progress thread that had to be woken for the packet) ...
 inline constexpr uint64_t kAnswerMinAwayNs = 2'000;
 inline constexpr uint64_t kAnswerSlackNs = 20'000;
-/// ... when it did so this many times in a row ...
+/// ... when the evidence says so: each such return scores one, up to kAnswerScoreMax; each
+/// miss (a return later than that after a packet, a wait that ran out) takes kAnswerMiss
+/// off. One miss does not undo what many rounds showed: on a machine whose cores are all
+/// busy (two spinning applications on two cores), a preempted peer makes a late round now
+/// and then, and each forgotten wait would cost a wake-up of the progress thread, which
+/// there waits for a core itself (docs/threading.md, "Waiting for the answer"). A return
+/// with no packet since the completions (the answer came with them) says nothing ...
 inline constexpr uint32_t kAnswerScore = 4;
+inline constexpr uint32_t kAnswerScoreMax = 8;
+inline constexpr uint32_t kAnswerMiss = 2;
 /// ... and then its poll that returns completions receives until the next packet comes
-/// (for twice the usual wait plus kAnswerSlackNs; a peer whose answer would need longer
-/// than this is not waited for) before returning them: the thread would only spin
-/// meanwhile, and the progress thread need not be woken for the packet.
-inline constexpr uint64_t kMaxAnswerWaitNs = 100'000;
+/// (for twice the usual wait plus kAnswerSlackNs, at most kMaxAnswerWaitNs) before
+/// returning them: the thread would only spin meanwhile, and the progress thread need not
+/// be woken for the packet. The usual wait is what this machine and this peer take (a
+/// moving average): no window here is tuned to one machine but the slack.
+inline constexpr uint64_t kMaxAnswerWaitNs = 1'000'000;
 /// The ACK rides with the reply: an application that posts within kAckHoldNs of a poll that
 /// returned completions, kReplyScore times in a row, answers what it receives at once (a
 /// ping-pong, a request-response middleware). Its polls (of CQs not armed for a completion
