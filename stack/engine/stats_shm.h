@@ -81,7 +81,7 @@ struct QpStats {
 };
 
 struct StatsShm {
-  static constexpr uint64_t kMagic = 0x75726f6365737433ull;  // "urocest3" (progress_yields)
+  static constexpr uint64_t kMagic = 0x75726f6365737434ull;  // "urocest4" (progress_backoffs)
   uint64_t magic;
   uint32_t n_counters;      // Counter::kCount when written
   uint32_t n_parse_errors;  // wire::ParseError::kCount when written
@@ -99,6 +99,7 @@ struct StatsShm {
   uint64_t progress_woke_deadline;  // a timer (retransmit, ARP, ...) or the link watch
   uint64_t progress_answers;  // polls that received the application's answer before returning
   uint64_t progress_yields;   // empty polls that gave the CPU away while the pacer held data
+  uint64_t progress_backoffs;  // progress = poll: times the spinning thread found the CPUs crowded
   uint64_t cm[kCmCounters];         // kCmCounterInfo's; all 0 while no CM runs
   uint64_t port[kPortCounters];     // kPortCounterInfo's
   // DCQCN: the QPs held below line rate right now, with their rate and alpha.

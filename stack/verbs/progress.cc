@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,13 @@ namespace {
 // engine work. While an application thread is polling its CQ right now, that thread drives
 // the engine, and the progress thread naps instead of competing with it for the CPU.
 thread_local bool t_progress_thread = false;
+
+/// This thread's CPU time (ns).
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 /// Sleeps until traffic (on `port_fd`, if there is one), the engine's deadline, a kick, or
 /// `max_ns`.
@@ -93,11 +101,22 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
   // Without the eventfd nobody could wake a long park: nap in slices then.
   const int port_fd = rt->progress.wake_fd >= 0 ? rt->engine_port->wait_fd() : -1;
   ProgressThreadPolicy policy(rt->progress.policy, now_ns(), port_fd >= 0);
+  // progress = poll: spins while it gets its CPU (PollModePolicy), else as progress = auto.
+  PollModePolicy poll(now_ns(), thread_cpu_ns());
   while (!rt->stop.load(std::memory_order_relaxed)) {
     size_t work = 0;
     rt->drive(false, &work);
-    if (poll_mode) continue;
-    const ThreadStep step = policy.after_pass(now_ns(), work);
+    const uint64_t now = now_ns();
+    if (poll_mode) {
+      if (poll.due(now)) {
+        const uint64_t before = poll.backoffs();
+        poll.reading(now, thread_cpu_ns());
+        if (poll.backoffs() != before && rt->stats != nullptr)
+          __atomic_fetch_add(&rt->stats->progress_backoffs, 1, __ATOMIC_RELAXED);
+      }
+      if (poll.spinning()) continue;
+    }
+    const ThreadStep step = policy.after_pass(now, work);
     switch (step.kind) {
       case ThreadStep::kPass: break;
       case ThreadStep::kNap: {  // out of the application's way; a kick ends it early

@@ -194,6 +194,49 @@ class ProgressPolicy {
   std::atomic<bool> handoff_{false};  // a poll handed the receiving over
 };
 
+/// `progress = poll` on a machine without a core to spare: a thread that spins beside
+/// spinning applications on too few CPUs takes turns with them at the scheduler's pace
+/// (milliseconds), and every packet waits for the turn (ib_write_lat on 2 cores: ~4,000 µs a
+/// round, four spinning threads). The spinning thread measures what it gets: over each
+/// kPollWindowNs of spinning, the share of the time it was not on a CPU (wall time minus its
+/// own CPU time: a thread that never sleeps is off the CPU only when something else runs).
+/// Over kPollOversubscribed it stops spinning and follows the shared policy (naps and parks,
+/// as `progress = auto`); every kPollProbeNs it spins for one window again to see whether
+/// the CPUs are free, and stays if it got all but kPollFree of the time.
+inline constexpr uint64_t kPollWindowNs = 10'000'000;
+inline constexpr uint64_t kPollProbeNs = 500'000'000;
+inline constexpr double kPollOversubscribed = 0.25;
+inline constexpr double kPollFree = 0.05;
+
+/// The back-off of a spinning (`progress = poll`) progress thread. Its input is the time
+/// (`now`) and the thread's own CPU time (`cpu_ns`, CLOCK_THREAD_CPUTIME_ID), read only when
+/// `due` says so (once a window); no clock of its own.
+class PollModePolicy {
+ public:
+  PollModePolicy(uint64_t now, uint64_t cpu_ns) { start_window(now, cpu_ns); }
+  /// Is a reading of the thread's CPU time due at `now`?
+  bool due(uint64_t now) const { return now >= next_; }
+  /// The reading: what the thread does until the next one is due.
+  void reading(uint64_t now, uint64_t cpu_ns);
+  /// Spin (run the next pass at once), or follow the shared policy (ProgressThreadPolicy).
+  bool spinning() const { return state_ != kBackedOff; }
+  uint64_t backoffs() const { return backoffs_; }
+  /// The share of the last window's time the thread was off the CPU.
+  double last_off_cpu() const { return last_off_; }
+
+ private:
+  enum State : uint8_t { kSpinning, kBackedOff, kProbing };
+  void start_window(uint64_t now, uint64_t cpu_ns) {
+    window_at_ = now;
+    window_cpu_ = cpu_ns;
+    next_ = now + kPollWindowNs;
+  }
+  State state_ = kSpinning;
+  uint64_t window_at_ = 0, window_cpu_ = 0, next_ = 0;
+  uint64_t backoffs_ = 0;
+  double last_off_ = 0;
+};
+
 /// What the progress thread does after a pass.
 struct ThreadStep {
   enum Kind : uint8_t {

@@ -1,7 +1,7 @@
 // The progress policy's rules (stack/verbs/progress_policy.h, docs/threading.md), each on its
 // boundaries, with made-up times: doorbell batching and the rescue that bounds it, the hand-over
 // to the progress thread, waiting for the answer, the ACK kept for the reply, and what the
-// progress thread does after a pass. No clock, no threads: what these rules decide does not
+// progress thread does after a pass, and when a spinning one (progress = poll) backs off. No clock, no threads: what these rules decide does not
 // depend on how fast the machine runs (the end-to-end tests check the data and that nothing
 // hangs; what the rules save is measured in docs/bench).
 #include "verbs/progress_policy.h"
@@ -634,6 +634,71 @@ TEST(Thread, WithoutADescriptorAHandOverDoesNotPark) {
   const ThreadStep s = th.after_pass(t + 20, 0);
   EXPECT_EQ(s.kind, ThreadStep::kPark);
   EXPECT_EQ(s.ns, kSliceNs) << "a slice: nothing would wake a long park";
+}
+
+// ---- progress = poll on crowded CPUs ----------------------------------------------------
+
+// One window of spinning in which the thread was on a CPU `permille`/1000 of the time:
+// the reading at its end.
+void spin_window(PollModePolicy& pm, uint64_t& t, uint64_t& cpu, uint64_t permille) {
+  ASSERT_FALSE(pm.due(t + kPollWindowNs - 1)) << "not before the window ends";
+  t += kPollWindowNs;
+  cpu += kPollWindowNs / 1000 * permille;
+  ASSERT_TRUE(pm.due(t));
+  pm.reading(t, cpu);
+}
+
+TEST(PollMode, SpinsWhileItGetsItsCpu) {
+  uint64_t t = T0, cpu = 5'000'000;
+  PollModePolicy pm(t, cpu);
+  for (int i = 0; i < 100; ++i) spin_window(pm, t, cpu, 800);  // 20 % off: a busy, not full, CPU
+  EXPECT_TRUE(pm.spinning());
+  EXPECT_EQ(pm.backoffs(), 0u);
+}
+
+TEST(PollMode, OffTheCpuOverAQuarterOfAWindowBacksOff) {
+  uint64_t t = T0, cpu = 0;
+  PollModePolicy pm(t, cpu);
+  spin_window(pm, t, cpu, 750);  // exactly a quarter: still its own
+  EXPECT_TRUE(pm.spinning());
+  spin_window(pm, t, cpu, 749);
+  EXPECT_FALSE(pm.spinning());
+  EXPECT_EQ(pm.backoffs(), 1u);
+  EXPECT_NEAR(pm.last_off_cpu(), 0.251, 1e-9);
+}
+
+TEST(PollMode, BackedOffItLooksAgainAfterKPollProbeNs) {
+  uint64_t t = T0, cpu = 0;
+  PollModePolicy pm(t, cpu);
+  spin_window(pm, t, cpu, 500);  // four spinning threads on two CPUs
+  ASSERT_FALSE(pm.spinning());
+  // Backed off, its CPU time says nothing (it sleeps by choice): no reading until the probe.
+  EXPECT_FALSE(pm.due(t + kPollProbeNs - 1));
+  t += kPollProbeNs;
+  ASSERT_TRUE(pm.due(t));
+  pm.reading(t, cpu);
+  EXPECT_TRUE(pm.spinning()) << "one window of spinning, to measure";
+  spin_window(pm, t, cpu, 940);  // 6 % off: still crowded
+  EXPECT_FALSE(pm.spinning());
+  EXPECT_EQ(pm.backoffs(), 1u) << "a failed probe is not a new back-off";
+  t += kPollProbeNs;
+  pm.reading(t, cpu);
+  spin_window(pm, t, cpu, 950);  // 5 % off: the CPUs are free again
+  EXPECT_TRUE(pm.spinning());
+  spin_window(pm, t, cpu, 760);  // and spinning, a quarter is the bound again
+  EXPECT_TRUE(pm.spinning());
+}
+
+TEST(PollMode, ALateReadingMeasuresTheWholeTime) {
+  uint64_t t = T0, cpu = 0;
+  PollModePolicy pm(t, cpu);
+  // A pass that took long: the reading comes three windows late, and 30 of the 40 ms were
+  // spent off the CPU, measured over all 40.
+  t += 4 * kPollWindowNs;
+  cpu += kPollWindowNs;
+  pm.reading(t, cpu);
+  EXPECT_NEAR(pm.last_off_cpu(), 0.75, 1e-9);
+  EXPECT_FALSE(pm.spinning());
 }
 
 }  // namespace

@@ -59,6 +59,13 @@
  *   pacer UROCE  20 WRITEs polled to completion: with UROCE_LINE_RATE given (every packet
  *              paced) the polls that found nothing while the pacer held data gave the CPU
  *              away (`progress_yields`); without it none did; every byte checked
+ *   crowded UROCE  with UROCE_PROGRESS=poll (uroce0's: the environment sets the first
+ *              device), the program (as a host program may) confines itself to one CPU before
+ *              it opens uroce0 and uroce1: uroce0's spinning progress thread shares that CPU
+ *              with the program's thread, which spins on uroce0's CQ, so it is off the CPU
+ *              about half the time and backs off (`progress_backoffs`, counted within 10,000
+ *              WRITE rounds; docs/threading.md); uroce1's (progress = auto) never spins, so
+ *              never does; every byte checked
  *
  * Every traffic check compares the bytes that arrived. Prints "ok: ..." lines; any failure
  * prints "FAIL: ..." and exits 1. */
@@ -440,6 +447,41 @@ static int mode_pacer(const char* uroce) {
   CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
   printf("ok: %d WRITEs, data checked, %s: %lld empty polls gave the CPU away\n", kPacerRounds,
          paced ? "paced at the line rate given" : "nothing paced", y);
+  return 0;
+}
+
+/* progress = poll on a crowded CPU (docs/threading.md, PollModePolicy). */
+enum { kCrowdedRounds = 10000, kCrowdedCheckEvery = 200 };
+
+static int mode_crowded(const char* uroce) {
+  const char* mode = getenv("UROCE_PROGRESS");
+  CHECK(mode && !strcmp(mode, "poll"), "run with UROCE_PROGRESS=poll");
+  cpu_set_t all, one;
+  CHECK(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all)) ++cpu;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity");  /* the threads to come inherit it */
+  struct ibv_context *c0, *c1;
+  struct ep a, b;
+  open_two(&c0, &c1, &a, &b);
+  long long b0 = 0;
+  int r = 0;
+  while (r < kCrowdedRounds && b0 < 1) {
+    for (int i = 0; i < kCrowdedCheckEvery; ++i, ++r) write_round(r % 2 ? &b : &a, r % 2 ? &a : &b, r);
+    b0 = stat_of(uroce, "uroce0", "progress_backoffs");
+  }
+  const long long b1 = stat_of(uroce, "uroce1", "progress_backoffs");
+  CHECK(b0 >= 1, "after %d WRITE rounds on one CPU, uroce0's spinning progress thread never "
+        "backed off", r);
+  CHECK(b1 == 0, "uroce1's progress thread (progress = auto) backed off %lld times", b1);
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c0) == 0 && ibv_close_device(c1) == 0, "close");
+  printf("ok: progress = poll, one CPU for the program and uroce0's spinning progress thread: "
+         "it backed off (%lld times) within %d WRITE rounds, uroce1's (auto) never; data "
+         "checked\n", b0, r);
   return 0;
 }
 
@@ -1316,9 +1358,10 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "answer") && argc > 2) return mode_answer(argv[2]);
   if (!strcmp(m, "reply") && argc > 2) return mode_reply(argv[2]);
   if (!strcmp(m, "pacer") && argc > 2) return mode_pacer(argv[2]);
+  if (!strcmp(m, "crowded") && argc > 2) return mode_crowded(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|forkbusy|exit|"
           "cqevents|regmr|mcast IFACE|link IFACE UROCE|passive UROCE|batch UROCE|answer UROCE|reply UROCE|"
-          "pacer UROCE\n",
+          "pacer UROCE|crowded UROCE\n",
           argv[0]);
   return 2;
 }

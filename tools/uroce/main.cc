@@ -562,13 +562,15 @@ int stats(int only_pid) {
           {"progress_woke_kick", &st->progress_woke_kick},
           {"progress_woke_deadline", &st->progress_woke_deadline},
           {"progress_answers", &st->progress_answers},
-          {"progress_yields", &st->progress_yields}};
+          {"progress_yields", &st->progress_yields},
+          {"progress_backoffs", &st->progress_backoffs}};
       const char* const progress_text[] = {
           "1 while the progress thread sleeps until traffic, a deadline or posted work",
           "times it went to sleep so", "woken by a frame", "woken by work an application left",
           "woken by a timer or the link watch",
           "polls that received the packet the application waited for before returning",
-          "empty polls that let other threads run while DCQCN's pacer held the data"};
+          "empty polls that let other threads run while DCQCN's pacer held the data",
+          "progress = poll: times the spinning thread found the CPUs crowded and stopped spinning"};
       for (size_t i = 0; i < std::size(progress); ++i)
         std::printf("  %-26s %14llu  %s\n", progress[i].first,
                     static_cast<unsigned long long>(*progress[i].second), progress_text[i]);
