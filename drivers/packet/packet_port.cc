@@ -33,6 +33,13 @@ struct VnetHdr {
 };
 static_assert(sizeof(VnetHdr) == 10);
 
+/// Where a UDP packet's headers are: l3 and l4 offsets, IPv4 or IPv6.
+struct Udp {
+  uint32_t l3 = 0, l4 = 0;
+  bool v4 = false;
+  uint32_t hdr() const { return l4 + 8; }
+};
+
 namespace {
 
 constexpr uint32_t kHead = 4;         // room in front of each frame for an 802.1Q tag put back
@@ -41,6 +48,7 @@ constexpr uint32_t kOverflow = 65536 + 64;  // a super-frame's bytes past its fi
 constexpr size_t kTxMsgs = 64;        // messages per sendmmsg
 constexpr size_t kTxIov = 1024;       // iovecs per sendmmsg
 constexpr size_t kMaxRun = 64;        // packets per super-frame
+constexpr uint32_t kMaxSegs = 64;     // packets a received super-frame is cut into, at most
 constexpr uint16_t kVlan = 0x8100, kQinQ = 0x88A8, kIpv4 = 0x0800, kIpv6 = 0x86DD;
 constexpr uint8_t kUdp = 17;
 
@@ -81,12 +89,6 @@ constexpr sock_filter kFilter[] = {
     BPF_STMT(BPF_RET | BPF_K, 0),                          // 19: not ours
 };
 
-/// Where a UDP packet's headers are: l3 and l4 offsets, IPv4 or IPv6.
-struct Udp {
-  uint32_t l3 = 0, l4 = 0;
-  bool v4 = false;
-  uint32_t hdr() const { return l4 + 8; }
-};
 
 /// Parses Ethernet (with any 802.1Q / 802.1ad tags), IPv4 without fragments or IPv6 without
 /// extension headers, and UDP, in the first `have` bytes of d.
@@ -251,6 +253,7 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
   mr.mr_type = PACKET_MR_ALLMULTI;
   setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr);
   p->gso_ = cfg.gso;
+  p->scatter_ = cfg.scatter;
   p->pool_.init(cfg.frames, kHead, p->max_frame_);
   p->ready_.reserve(cfg.frames);
   p->overflow_ = std::make_unique<uint8_t[]>(kOverflow);
@@ -306,7 +309,6 @@ bool PacketPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_
     return false;
   const uint32_t hdr = u.hdr();
   const uint32_t payload = len - hdr;
-  const uint16_t id0 = u.v4 ? be16(head->data + u.l3 + 4) : 0;
   // Byte `off` of the super-frame: in the head frame, then in the overflow buffer.
   auto copy_out = [&](uint8_t* dst, uint32_t off, uint32_t n) {
     if (off < in_head) {
@@ -318,26 +320,85 @@ bool PacketPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_
     }
     if (n > 0) std::memcpy(dst, overflow + (off - in_head), n);
   };
-  const uint32_t segs = (payload + mss - 1) / mss;
-  // The first packet stays where it is; the others are copied out from behind it (every
-  // header field that differs is rewritten in each).
-  head->len = hdr + mss;
-  set_lengths(head->data, u, mss, id0, 0);
-  ready_.push_back(head);
+  // The first packet stays where it is; the others are copied out from behind it.
+  std::array<Frame*, kMaxSegs> seg;
+  uint32_t segs = std::min<uint32_t>((payload + mss - 1) / mss, kMaxSegs);
+  seg[0] = head;
   for (uint32_t i = 1; i < segs; ++i) {
-    Frame* g = alloc_frame();
-    if (g == nullptr) {
+    seg[i] = alloc_frame();
+    if (seg[i] == nullptr) {
       rx_no_frame_ += segs - i;
+      segs = i;
       break;
     }
+    copy_out(seg[i]->data + hdr, hdr + i * mss, std::min(mss, payload - i * mss));
+  }
+  headers_of_cut(std::span<Frame* const>(seg.data(), segs), u, payload, mss);
+  return true;
+}
+
+void PacketPort::headers_of_cut(std::span<Frame* const> seg, const Udp& u, uint32_t payload,
+                                uint32_t mss) {
+  // Every header field that differs is rewritten in each packet.
+  const uint32_t hdr = u.hdr();
+  const uint16_t id0 = u.v4 ? be16(seg[0]->data + u.l3 + 4) : 0;
+  for (uint32_t i = 0; i < seg.size(); ++i) {
+    Frame* g = seg[i];
     const uint32_t n = std::min(mss, payload - i * mss);
-    std::memcpy(g->data, head->data, hdr);
-    copy_out(g->data + hdr, hdr + i * mss, n);
+    if (i != 0) std::memcpy(g->data, seg[0]->data, hdr);
     g->len = hdr + n;
     set_lengths(g->data, u, n, static_cast<uint16_t>(id0 + i), 0);
     ready_.push_back(g);
   }
   ++rx_super_;
+}
+
+bool PacketPort::receive_scattered(const uint8_t* slot_frame, uint32_t slot_len, uint32_t len) {
+  // The ring slot holds the super-frame's start and its virtio_net_hdr: enough to know where
+  // each packet's payload begins in it. recvmsg then puts each payload straight into a frame
+  // of its own, behind room for the headers: nothing is copied out afterwards.
+  VnetHdr vh;
+  std::memcpy(&vh, slot_frame - sizeof vh, sizeof vh);
+  Udp u;
+  if ((vh.gso_type & static_cast<uint8_t>(~kGsoEcn)) != kGsoUdpL4 || vh.gso_size == 0 ||
+      !parse_udp(slot_frame, slot_len, &u) || len <= u.hdr())
+    return false;
+  const uint32_t hdr = u.hdr(), mss = vh.gso_size, payload = len - hdr;
+  const uint32_t segs = (payload + mss - 1) / mss;
+  if (segs > kMaxSegs || hdr + mss > max_frame_) return false;
+  std::array<Frame*, kMaxSegs> seg;
+  std::array<iovec, kMaxSegs + 2> iov;
+  VnetHdr got_vh{};
+  iov[0] = {&got_vh, sizeof got_vh};
+  for (uint32_t i = 0; i < segs; ++i) {
+    seg[i] = alloc_frame();
+    if (seg[i] == nullptr) {  // short of frames: the copying way drops what does not fit
+      for (uint32_t k = 0; k < i; ++k) free_frame(seg[k]);
+      return false;
+    }
+    const uint32_t at = i == 0 ? 0 : hdr;
+    iov[i + 1] = {seg[i]->data + at, std::min(mss, payload - i * mss) + (i == 0 ? hdr : 0)};
+  }
+  iov[segs + 1] = {overflow_.get(), kOverflow};  // a frame longer than the slot said: caught below
+  msghdr h{};
+  h.msg_iov = iov.data();
+  h.msg_iovlen = segs + 2;
+  ssize_t got = recvmsg(fd_, &h, MSG_DONTWAIT);
+  if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    h.msg_flags = 0;  // a pending socket error first (receive_queued): read again
+    got = recvmsg(fd_, &h, MSG_DONTWAIT);
+  }
+  Udp again;
+  if (got != static_cast<ssize_t>(sizeof got_vh + len) || (h.msg_flags & MSG_TRUNC) != 0 ||
+      got_vh.gso_size != vh.gso_size || !parse_udp(seg[0]->data, hdr + std::min(mss, payload), &again) ||
+      again.hdr() != hdr) {
+    // Not the frame the slot described (the socket and the ring disagree): dropped.
+    if (got > 0) ++rx_oversize_;
+    for (uint32_t k = 0; k < segs; ++k) free_frame(seg[k]);
+    return true;
+  }
+  headers_of_cut(std::span<Frame* const>(seg.data(), segs), u, payload, mss);
+  ++rx_scattered_;
   return true;
 }
 
@@ -436,8 +497,12 @@ uint16_t PacketPort::rx_burst(uint64_t, std::span<Frame*> out) {
     f->data = base + h->tp_mac;
     f->cap = ring_slot_ - h->tp_mac;
     if ((status & TP_STATUS_COPY) != 0) {  // too long for a slot: read it whole from the socket
+      // A uroce super-frame (no 802.1Q tag to put back) goes straight into its packets'
+      // frames; anything else is read whole and cut from there.
+      const bool scattered = scatter_ && (status & TP_STATUS_VLAN_VALID) == 0 &&
+                             receive_scattered(f->data, h->tp_snaplen, h->tp_len);
       free_frame(f);
-      receive_queued();
+      if (!scattered) receive_queued();
       continue;
     }
     if (h->tp_snaplen < h->tp_len) {  // too long, and no room on the socket either: lost
@@ -548,6 +613,7 @@ PacketPort::Stats PacketPort::stats() const {
   s.rx_oversize = rx_oversize_;
   s.rx_super = rx_super_;
   s.tx_super = tx_super_;
+  s.rx_scattered = rx_scattered_;
   return s;
 }
 

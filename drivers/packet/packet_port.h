@@ -20,7 +20,8 @@
 // no copy in user space) and received in a TPACKET_V2 ring, where the engine reads them in
 // place: polling an idle port costs no system call. A frame longer than a ring slot (a
 // super-frame) is also queued whole on the socket (PACKET_COPY_THRESH) and read with one
-// recvmsg; its second and later packets are copied out of it. 802.1Q tags the kernel took
+// recvmsg: a uroce run straight into its packets' frames, each payload behind room for the
+// headers (the slot shows where each begins), anything else whole and cut from there. 802.1Q tags the kernel took
 // off on receive are put back. A socket filter keeps everything but ARP, RoCEv2 and ICMPv6
 // off the socket (the kernel's own traffic on a shared interface is not copied to us). `shared` (the default) transmits through the kernel's
 // normal path, so that other packet sockets on the interface (another uroce process) see
@@ -43,10 +44,13 @@ struct PacketConfig {
   std::string iface;
   bool shared = true;    // false: PACKET_QDISC_BYPASS, other packet sockets miss our frames
   bool gso = true;       // send runs of packets as UDP GSO super-frames
+  bool scatter = true;   // read a queued super-frame straight into its packets' frames
+                         // (false: whole, then cut: the way tests compare it with)
   uint32_t frames = 4096;  // frame buffers (each the interface MTU + 22 bytes)
 };
 
 struct VnetHdr;  // struct virtio_net_hdr
+struct Udp;      // where a UDP packet's headers are
 
 class PacketPort final : public Port {
  public:
@@ -69,6 +73,7 @@ class PacketPort final : public Port {
     uint64_t rx_dropped = 0;    // the kernel's (socket buffer full) and ours (no free frame)
     uint64_t rx_oversize = 0;   // longer than a super-frame can be, or not cut cleanly
     uint64_t rx_super = 0, tx_super = 0;  // super-frames received / sent
+    uint64_t rx_scattered = 0;  // of rx_super: read straight into their packets' frames
   };
   Stats stats() const;
 
@@ -81,6 +86,15 @@ class PacketPort final : public Port {
   /// Cuts the super-frame received in `head` (and the overflow buffer behind it) into
   /// packets on ready_; false if it cannot be cut (dropped).
   bool cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss);
+  /// The packets of a super-frame of `payload` UDP payload bytes in frames of their own (the
+  /// first with the headers, the others with their payload behind room for them): their
+  /// headers, and onto ready_.
+  void headers_of_cut(std::span<Frame* const> seg, const Udp& u, uint32_t payload,
+                      uint32_t mss);
+  /// A super-frame queued on the socket whose ring slot (`slot_frame`, `slot_len` bytes of
+  /// its `len`) shows a uroce run: read with each packet's payload put straight into a frame
+  /// of its own. False: not such a run, or short of frames (receive_queued reads it).
+  bool receive_scattered(const uint8_t* slot_frame, uint32_t slot_len, uint32_t len);
   /// A received frame of `len` bytes (`tag` of them an 802.1Q tag put back) and its
   /// virtio_net_hdr: to ready_, cut if it is a super-frame, or dropped.
   void accept(Frame* f, const VnetHdr& vh, uint32_t len, uint32_t tag,
@@ -101,9 +115,11 @@ class PacketPort final : public Port {
   std::array<uint8_t, 6> mac_{};
   int fd_ = -1;
   bool gso_ = true;
+  bool scatter_ = true;
   std::string description_;
   uint64_t rx_frames_ = 0, tx_frames_ = 0, rx_no_frame_ = 0, rx_oversize_ = 0;
   uint64_t rx_super_ = 0, tx_super_ = 0;
+  uint64_t rx_scattered_ = 0;  // super-frames read straight into their packets' frames
   mutable std::atomic<uint64_t> kernel_drops_{0};  // PACKET_STATISTICS resets when read
 };
 

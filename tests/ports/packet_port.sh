@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # uroce's af_packet port on a veth pair in a network namespace of its own
-# (tests/ports/packet_port_test.cc): super-frames crossing whole, then cut by the kernel on
-# the way (UDP segmentation offload off on the sending end). Needs root (exit 77 = skipped).
+# (tests/ports/packet_port_test.cc): super-frames crossing whole (read straight into their
+# packets' frames, then read whole and cut), then cut by the kernel on the way (UDP
+# segmentation offload off on the sending end). Needs root (exit 77 = skipped).
 set -euo pipefail
 bin=$1
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
@@ -12,5 +13,6 @@ veth_ns "$ns" 10.96.0.1/24 10.96.0.2/24  # not the addresses the test frames car
 ip -n "$ns" link set "${ns}a" mtu 9000
 ip -n "$ns" link set "${ns}b" mtu 9000
 ip netns exec "$ns" "$bin" "${ns}a" "${ns}b" whole
+ip netns exec "$ns" "$bin" "${ns}a" "${ns}b" copied
 ip netns exec "$ns" ethtool -K "${ns}a" tx-udp-segmentation off >/dev/null
 ip netns exec "$ns" "$bin" "${ns}a" "${ns}b" segmented

@@ -13,6 +13,11 @@
  *                      other's. A uroce receiver does more per frame (the ICRC, the headers, a
  *                      second copy into the MR) but its first touch of the data is this one.
  *
+ *   memcpy_bw hog      copies 16 MiB blocks between two 256 MiB buffers until killed: the
+ *                      memory-bandwidth hog that side_by_side.sh (HOG=1) runs beside the
+ *                      figures, at the idle scheduling class, so that it takes the memory
+ *                      bandwidth of whatever CPU time the figures leave and not their CPUs.
+ *
  * Prints the median of 5 one-second runs in MB/s. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -104,8 +109,22 @@ static int cross(void) {
   return 0;
 }
 
+unsigned char* volatile hog_sink;
+
+static int hog(void) {
+  const size_t span = (size_t)256 << 20, block = (size_t)16 << 20;
+  unsigned char* src = malloc(span);
+  unsigned char* dst = malloc(span);
+  if (src == NULL || dst == NULL) return 1;
+  memset(src, 0x5a, span);
+  memset(dst, 0, span);
+  hog_sink = dst; /* dst escapes: its copies cannot be optimised away */
+  for (size_t off = 0;; off = (off + block) % span) memcpy(dst + off, src + off, block);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "cross") == 0) return cross();
+  if (argc > 1 && strcmp(argv[1], "hog") == 0) return hog();
   const size_t block = (size_t)64 << 10;
   unsigned char* src = malloc(kSpan);
   unsigned char* dst = malloc(kSpan);

@@ -20,6 +20,13 @@
 # uroce's UDP-socket port (port = udp) on the veth and, beside the kernel's figures on
 # loopback, on lo. Medians of RUNS runs (default 3). ONLY=GROUP runs that group's rows (and the
 # kernel's) into docs/bench/side_by_side_GROUP.csv. Needs root; run with nothing else busy.
+# A figure with a ratio runs interleaved with the kernel's figure it is compared to (kernel,
+# uroce, kernel, uroce, ...: RUNS of each), and its ratio is that of the two medians of this
+# row alone, because a machine of this kind drifts by 15-40 % within minutes (INTERLEAVE=0:
+# each figure's runs in a row, the ratio to the kernel's figure measured first).
+# HOG=1: a memory-bandwidth hog (memcpy_bw hog) runs beside every figure, at the idle
+# scheduling class (it takes the memory bandwidth of the CPU time the figures leave, not their
+# CPUs): a memory-bound run. The CSV is then side_by_side[_GROUP]_hog.csv.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-3}
@@ -227,28 +234,47 @@ shm() { pair_shared "UROCE_SHM=$tmp/shm-link" "UROCE_SHM=$tmp/shm-link" "$@"; }
 memcpy_bw() { echo "$("$PWD/build-release/tools/bench/memcpy_bw" "$@" | awk '{print $2}') 100 0"; }
 
 mkdir -p docs/bench
-csv=docs/bench/side_by_side.csv
-[ -z "${ONLY:-}" ] || csv=docs/bench/side_by_side_$ONLY.csv  # a subset: its own file, no plot
+csv=docs/bench/side_by_side
+[ -z "${ONLY:-}" ] || csv=${csv}_$ONLY  # a subset: its own file, no plot
+[ "${HOG:-0}" != 1 ] || csv=${csv}_hog
+csv=$csv.csv
+if [ "${HOG:-0}" = 1 ]; then
+  chrt --idle 0 "$PWD/build-release/tools/bench/memcpy_bw" hog &
+  hog_pid=$!
+  trap 'kill "$hog_pid" 2>/dev/null; drop_hosts "$a" "$b"; rm -rf "$tmp"' EXIT
+  echo "memory hog beside every figure: memcpy_bw hog (pid $hog_pid, idle class)"
+fi
 if [ "${PLOT_ONLY:-0}" != 1 ]; then  # PLOT_ONLY=1: only the plot, from the CSV there is
-echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to,cpu_s_per_GB" > "$csv"
-declare -A fig
+echo "group,test,value,unit,server_cpu_pct,client_cpu_pct,ratio,ratio_to,cpu_s_per_GB,ratio_to_value" > "$csv"
+declare -A fig run_of
 row() {  # GROUP NAME UNIT REF(name of the kernel figure or -) RUNNER ARGS...
   local group=$1 name=$2 unit=$3 ref=$4; shift 4
   # ONLY=GROUP: that group's rows and the kernel's (their references) only.
   [ -z "${ONLY:-}" ] || [ "$group" = kernel ] || [ "$group" = "$ONLY" ] || return 0
+  run_of[$name]=$(printf '%q ' "$@")
   : > "$tmp/r"
-  for _ in $(seq "$runs"); do "$@" >> "$tmp/r"; done
-  local v s c ratio=""
+  : > "$tmp/ref"
+  local interleave=0
+  [ "$ref" = - ] || [ "${INTERLEAVE:-1}" = 0 ] || [ -z "${run_of[$ref]:-}" ] || interleave=1
+  for _ in $(seq "$runs"); do
+    [ "$interleave" = 0 ] || eval "${run_of[$ref]}" >> "$tmp/ref"
+    "$@" >> "$tmp/r"
+  done
+  local v s c ratio="" refv=""
   v=$(awk '{print $1}' "$tmp/r" | median); s=$(awk '{print $2}' "$tmp/r" | median)
   c=$(awk '{print $3}' "$tmp/r" | median)
   fig[$name]=$v
-  if [ "$ref" != - ]; then ratio=$(awk -v x="$v" -v y="${fig[$ref]}" 'BEGIN {printf "%.2f", (y > 0 ? x / y : 0)}'); fi
+  if [ "$ref" != - ]; then
+    refv=${fig[$ref]}
+    [ "$interleave" = 0 ] || refv=$(awk '{print $1}' "$tmp/ref" | median)
+    ratio=$(awk -v x="$v" -v y="$refv" 'BEGIN {printf "%.2f", (y > 0 ? x / y : 0)}')
+  fi
   # CPU seconds (both sides, user + system, spinning included) per GB moved.
   local cpg=""
   [ "$unit" != MB/s ] || cpg=$(awk -v v="$v" -v s="$s" -v c="$c" 'BEGIN {if (v > 0) printf "%.2f", 10 * (s + c) / v}')
   printf '%-7s %-24s %12s %-9s %6s %6s %7s   %s\n' "$group" "$name" "$v" "$unit" "$s" "$c" \
-    "${cpg:--}" "${ratio:+${ratio}x $ref}"
-  echo "$group,$name,$v,$unit,$s,$c,$ratio,${ref/-/},$cpg" >> "$csv"
+    "${cpg:--}" "${ratio:+${ratio}x $ref ($refv)}"
+  echo "$group,$name,$v,$unit,$s,$c,$ratio,${ref/-/},$cpg,$refv" >> "$csv"
 }
 printf '%-7s %-24s %12s %-9s %6s %6s %7s   %s\n' "" test value unit "srvCPU" "cliCPU" "CPUs/GB" "uroce / kernel"
 row kernel "iperf3 TCP" MB/s - iperf tcp_MBps
@@ -267,12 +293,12 @@ row uroce "ib_read_bw 64 KiB" MB/s "iperf3 TCP" perftest 4 ib_read_bw -d uroce0 
 row uroce "ib_write_bw -q 1 4 KiB" MB/s - perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096 -q 1
 row uroce "ib_write_bw -q 16 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096 -q 16
 row uroce "ib_write_bw -q 256 4 KiB" MB/s "ib_write_bw -q 1 4 KiB" perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 4096 -q 256
-row uroce "ib_send_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
-row uroce "ib_write_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row uroce "ib_send_lat 8 B" us "busy UDP ping-pong 8 B" perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row uroce "ib_write_lat 8 B" us "busy UDP ping-pong 8 B" perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_read_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "ib_atomic_lat 8 B" us "qperf udp_lat 8 B" perftest 5 ib_atomic_lat -d uroce0 -x 1 -n 2000
-row poll "ib_send_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
-row poll "ib_write_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_send_lat 8 B (poll)" us "busy UDP ping-pong 8 B" polled perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row poll "ib_write_lat 8 B (poll)" us "busy UDP ping-pong 8 B" polled perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 row poll "ib_read_lat 8 B (poll)" us "qperf udp_lat 8 B" polled perftest 5 ib_read_lat -d uroce0 -x 1 -n 2000 -s 8
 # The choice for the default port: DPDK's net_af_packet (port = dpdk), and uroce's own
 # packet socket without UDP GSO (gso = no), one packet per write.
@@ -285,25 +311,25 @@ dbw64() { dpdk perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_
 row dpdk "dpdk ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" dbw64
 row dpdk "dpdk ib_write_bw 64 KiB" MB/s "iperf3 TCP" dpdk perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row dpdk "no-GSO ib_write_bw 64 KiB" MB/s "iperf3 TCP" nogso perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
-row dpdk "dpdk ib_send_lat 8 B" us "qperf udp_lat 8 B" dpdk perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
-row dpdk "dpdk ib_write_lat 8 B" us "qperf udp_lat 8 B" dpdk perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row dpdk "dpdk ib_send_lat 8 B" us "busy UDP ping-pong 8 B" dpdk perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row dpdk "dpdk ib_write_lat 8 B" us "busy UDP ping-pong 8 B" dpdk perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 # The same veth through uroce's AF_XDP port (port = af_xdp) instead of the packet socket.
 xbw64() { xdp perftest 5 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 64 | mpps_to_msgs; }
 row af_xdp "xdp ib_write_bw 64 B" msg/s "iperf3 UDP 64 B" xbw64
 row af_xdp "xdp ib_write_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row af_xdp "xdp ib_send_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_send_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row af_xdp "xdp ib_read_bw 64 KiB" MB/s "iperf3 TCP" xdp perftest 4 ib_read_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
-row af_xdp "xdp ib_send_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
-row af_xdp "xdp ib_write_lat 8 B" us "qperf udp_lat 8 B" xdp perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
+row af_xdp "xdp ib_send_lat 8 B" us "busy UDP ping-pong 8 B" xdp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row af_xdp "xdp ib_write_lat 8 B" us "busy UDP ping-pong 8 B" xdp perftest 5 ib_write_lat -d uroce0 -x 1 -n 2000 -s 8
 # uroce's UDP-socket port (port = udp: no privileges), on the veth and on loopback, beside
 # the kernel's sockets on each (issue 41).
 row udp "udp ib_write_bw 64 KiB" MB/s "iperf3 TCP" udp perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
-row udp "udp ib_send_lat 8 B" us "qperf udp_lat 8 B" udp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row udp "udp ib_send_lat 8 B" us "busy UDP ping-pong 8 B" udp perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row kernel "iperf3 TCP lo" MB/s - lo iperf tcp_MBps
 row kernel "qperf udp_lat 8 B lo" us - lo qperf_lat udp_lat
 row kernel "busy UDP ping-pong 8 B lo" us - lo busy_pp
 row udp "udp lo ib_write_bw 64 KiB" MB/s "iperf3 TCP lo" udplo perftest 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
-row udp "udp lo ib_send_lat 8 B" us "qperf udp_lat 8 B lo" udplo perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
+row udp "udp lo ib_send_lat 8 B" us "busy UDP ping-pong 8 B lo" udplo perftest 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 # The middleware over the kernel's TCP and over uroce, on the same link.
 row kernel "UCX tcp am_lat 8 B" us - ucx ubn0 tcp 3 -t am_lat -n 10000 -s 8
 row uroce "UCX rc_verbs am_lat 8 B" us "UCX tcp am_lat 8 B" ucx uroce0:1 rc_verbs 3 -t am_lat -n 10000 -s 8
@@ -325,7 +351,7 @@ row memif "2 cores pass 4 KiB frames" MB/s - memcpy_bw cross
 row memif "memif ib_write_bw 64 KiB" MB/s "iperf3 TCP" memif 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row memif "memif ib_send_lat 8 B" us "qperf udp_lat 8 B" memif 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 # uroce's own shared-memory port: the frames are built and parsed in the shared slots.
-row memif "shm ib_write_bw 64 KiB" MB/s "iperf3 TCP" shm 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
+row memif "shm ib_write_bw 64 KiB" MB/s "2 cores pass 4 KiB frames" shm 4 ib_write_bw -d uroce0 -x 1 -D "$bw_secs" -s 65536
 row memif "shm ib_send_lat 8 B" us "qperf udp_lat 8 B" shm 5 ib_send_lat -d uroce0 -x 1 -n 2000 -s 8
 row uroce "idle with device open" "% of a core" - idle_cpu
 row uroce "blocked in get_cq_event" "% of a core" - blocked_cpu
@@ -335,7 +361,7 @@ row qps "10000 QPs: WRITE each" ms - qp_scale write_each_ms
 echo "CSV: $csv"
 fi
 
-if [ -z "${ONLY:-}" ] && command -v gnuplot >/dev/null; then
+if [ -z "${ONLY:-}" ] && [ "${HOG:-0}" != 1 ] && command -v gnuplot >/dev/null; then
   gnuplot <<'GP'
 set terminal pngcairo size 1700,740 noenhanced
 set output 'docs/bench/side_by_side.png'
