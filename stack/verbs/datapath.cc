@@ -21,8 +21,8 @@ namespace {
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
-  // The passes this poll drives (not those after_poll may run) keep ACKs back for the reply
-  // of an application that answers at once (kAckHoldNs).
+  // The passes this poll drives (and those waiting for the answer in after_poll) keep ACKs
+  // back for the reply of an application that answers at once (kAckHoldNs).
   const uint64_t hold =
       rt->progress.policy.poll_begins(now, to_cq(cq)->notify_armed.load(std::memory_order_relaxed));
   const auto drive = [rt, hold] {
@@ -35,10 +35,10 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   if (rt->progress.policy.posts_waiting()) drive();
   // What is already in the CQ first, without touching the engine.
   const int got = rt->engine->poll_cq(to_cq(cq), n, wc);
-  if (got != 0 || n <= 0) return after_poll(rt, got, now, cq);
+  if (got != 0 || n <= 0) return after_poll(rt, got, now, cq, hold);
   // Nothing there: a busy-polling application drives the engine itself, unless another
   // thread is doing so right now (then there is nothing to wait for: return empty).
-  if (!drive()) return after_poll(rt, 0, now, cq);
+  if (!drive()) return after_poll(rt, 0, now, cq, hold);
   const int later = rt->engine->poll_cq(to_cq(cq), n, wc);
   // Nothing came, and what this application sends waits for the pacer (DCQCN holds a QP below
   // line rate): the application will spin until the next slot, which on an RNIC costs the
@@ -51,7 +51,7 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
     sched_yield();
     if (StatsShm* st = rt->stats) __atomic_fetch_add(&st->progress_yields, 1, __ATOMIC_RELAXED);
   }
-  return after_poll(rt, later, now, cq);
+  return after_poll(rt, later, now, cq, hold);
 }
 
 int op_req_notify_cq(ibv_cq* cq, int) {

@@ -143,14 +143,19 @@ namespace {
 /// Waiting for the answer (kAnswerSlackNs): a poll that returns completions to an application
 /// that then only waits for its peer's next packet (spinning on the memory the packet
 /// writes) receives that packet itself before it returns. True when the answer came.
-bool await_answer(Runtime* rt, uint64_t since, ibv_cq* cq) {
+bool await_answer(Runtime* rt, uint64_t since, ibv_cq* cq, uint64_t ack_hold_ns) {
   ProgressPolicy& p = rt->progress.policy;
   const AnswerPlan plan = p.answer_plan(cq->channel != nullptr, rt->engine->rx_seq());
   if (plan.kind != AnswerPlan::kWait) return plan.kind == AnswerPlan::kCameAlready;
   const uint64_t before = rt->engine->rx_seq();
   uint64_t now = since;
+  // The pass that receives the answer acknowledges it: that ACK, too, waits for the reply the
+  // application posts as soon as it sees the answer (ib_write_lat: its WRITE), and leaves
+  // with it in one write.
   while (now - since < plan.budget_ns && rt->engine->rx_seq() == before) {
+    t_ack_hold_ns = ack_hold_ns;
     rt->drive(false);
+    t_ack_hold_ns = 0;
     now = now_ns();
   }
   const bool came = rt->engine->rx_seq() != before;
@@ -187,13 +192,13 @@ void send_posted(Runtime* rt) {
 /// completions; when it got some and tends to stay away afterwards (it spins on memory, or
 /// sleeps), wakes the progress thread from its nap so that it waits for traffic in the
 /// meantime (docs/threading.md).
-int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq) {
+int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq, uint64_t ack_hold_ns) {
   ProgressPolicy& p = rt->progress.policy;
   p.poll_back(now, rt->engine->last_rx_ns());
   if (got > 0) {
     // An application that waits for the answer right here gets it from this poll: it is
     // back at once, and the progress thread is neither needed nor woken.
-    const bool awaited = await_answer(rt, now, cq);
+    const bool awaited = await_answer(rt, now, cq, ack_hold_ns);
     if (p.completions_returned(now_ns(), awaited)) rt->kick();
   }
   return got;

@@ -46,8 +46,9 @@ void send_posted(Runtime* rt);
 /// A poll that returned `got` completions at `now` (datapath.cc's ibv_poll_cq): learns how
 /// soon this application comes back after completions, and when it tends to stay away
 /// (spinning on memory, sleeping), hands the receiving to the progress thread at once.
-/// One that waits for the answer (kAnswerSlackNs) first receives it.
-int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq);
+/// One that waits for the answer (kAnswerSlackNs) first receives it, keeping ACKs back for
+/// `ack_hold_ns` as the poll's own passes do (the reply follows the answer).
+int after_poll(Runtime* rt, int got, uint64_t now, ibv_cq* cq, uint64_t ack_hold_ns);
 /// The progress thread's body: until Runtime::stop. poll_mode: never sleeps (a core of its
 /// own); cpu >= 0: pins this thread (only) there.
 void progress_loop(Runtime* rt, bool poll_mode, int cpu);
