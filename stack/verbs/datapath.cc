@@ -22,7 +22,7 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Runtime* rt = runtime_of(cq->context);
   const uint64_t now = now_ns();
   // The passes this poll drives (and those waiting for the answer in after_poll) keep ACKs
-  // back for the reply of an application that answers at once (kAckHoldNs).
+  // back for the reply of an application that answers at once (its reply window).
   const uint64_t hold =
       rt->progress.policy.poll_begins(now, to_cq(cq)->notify_armed.load(std::memory_order_relaxed));
   const auto drive = [rt, hold] {

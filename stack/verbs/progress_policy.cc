@@ -53,13 +53,19 @@ void ProgressPolicy::app_back(uint64_t now, bool posted, uint64_t last_rx_ns) {
 
 void ProgressPolicy::post_begins(uint64_t now, uint64_t rx_seq, uint64_t last_rx_ns) {
   last_app_poll_.store(now, kRelaxed);
-  // A reply: a post soon after a poll that returned completions (kAckHoldNs).
+  // A reply: a post soon after a poll that returned completions (reply_window), judged by
+  // the window the replies before it made; then it joins their average.
   if (const uint64_t polled = completions_polled_at_.exchange(0, kRelaxed); polled != 0) {
+    const uint64_t gap = now - polled;
     const uint32_t score = reply_score_.load(kRelaxed);
-    if (now - polled > kAckHoldNs) {
+    if (gap > reply_window()) {
       reply_score_.store(0, kRelaxed);
     } else if (score < kReplyScore) {
       reply_score_.store(score + 1, kRelaxed);
+    }
+    if (gap <= kMaxAckHoldNs) {
+      const uint64_t a = reply_gap_ns_.load(kRelaxed);
+      reply_gap_ns_.store(a == 0 ? std::max<uint64_t>(gap, 1) : average(a, gap), kRelaxed);
     }
   }
   rx_seq_at_post_.store(rx_seq, kRelaxed);
@@ -95,7 +101,11 @@ uint64_t ProgressPolicy::poll_begins(uint64_t now, bool cq_armed) {
   last_cq_poll_.store(now, kRelaxed);
   // Never on a CQ armed for a completion event: its program polls it once more before it
   // sleeps in the kernel.
-  return !cq_armed && reply_score_.load(kRelaxed) >= kReplyScore ? kAckHoldNs : 0;
+  return !cq_armed && reply_score_.load(kRelaxed) >= kReplyScore ? reply_window() : 0;
+}
+
+uint64_t ProgressPolicy::reply_window() const {
+  return std::clamp<uint64_t>(2 * reply_gap_ns_.load(kRelaxed), kAckHoldNs, kMaxAckHoldNs);
 }
 
 AnswerPlan ProgressPolicy::answer_plan(bool has_channel, uint64_t rx_seq) {

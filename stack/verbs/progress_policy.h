@@ -73,14 +73,18 @@ inline constexpr uint32_t kAnswerMiss = 2;
 /// be woken for the packet. The usual wait is what this machine and this peer take (a
 /// moving average): no window here is tuned to one machine but the slack.
 inline constexpr uint64_t kMaxAnswerWaitNs = 1'000'000;
-/// The ACK rides with the reply: an application that posts within kAckHoldNs of a poll that
-/// returned completions, kReplyScore times in a row, answers what it receives at once (a
+/// The ACK rides with the reply: an application that posts within its reply window of a poll
+/// that returned completions, kReplyScore times in a row, answers what it receives at once (a
 /// ping-pong, a request-response middleware). Its polls (of CQs not armed for a completion
-/// event) then keep ACKs that would leave alone for up to kAckHoldNs, so that each leaves
+/// event) then keep ACKs that would leave alone for up to the window, so that each leaves
 /// in one write with the reply that follows (Engine::hold_acks_next_poll): one system call,
 /// and one trip through the kernel, fewer per message. An ACK that waited in vain resets the
-/// count.
+/// count. The window is what this application takes on this machine: twice its usual reply
+/// time (a moving average of the gaps from the poll to the post, of those up to
+/// kMaxAckHoldNs), at least kAckHoldNs (also the first window), at most kMaxAckHoldNs: a
+/// machine three times slower, or a sanitizer build, replies in 8 µs where this one takes 1.
 inline constexpr uint64_t kAckHoldNs = 5'000;
+inline constexpr uint64_t kMaxAckHoldNs = 50'000;
 inline constexpr uint32_t kReplyScore = 3;
 
 /// What a poll that returned completions does before it returns them (waiting for the answer).
@@ -146,6 +150,9 @@ class ProgressPolicy {
   // ---- Readings (for the unit tests) ------------------------------------------------------
   uint32_t answer_score() const { return answer_score_.load(std::memory_order_relaxed); }
   uint32_t reply_score() const { return reply_score_.load(std::memory_order_relaxed); }
+  /// How soon after a poll that returned completions a post counts as a reply, and how long
+  /// ACKs then wait for it.
+  uint64_t reply_window() const;
   uint64_t app_gap_ns() const { return app_gap_ns_.load(std::memory_order_relaxed); }
   uint64_t answer_gap_ns() const { return answer_gap_ns_.load(std::memory_order_relaxed); }
   uint32_t batched() const { return batched_.load(std::memory_order_relaxed); }
@@ -187,6 +194,7 @@ class ProgressPolicy {
   // how often in a row it posted soon after one.
   std::atomic<uint64_t> completions_polled_at_{0};
   std::atomic<uint32_t> reply_score_{0};
+  std::atomic<uint64_t> reply_gap_ns_{0};  // moving average of the replies' gaps (0: none yet)
   // The progress thread's nap (ProgressThreadPolicy): whether it naps, and until when. Taken
   // (exchange to false) by the one thread that kicks it out of it.
   std::atomic<bool> napping_{false};

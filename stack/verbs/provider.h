@@ -141,7 +141,7 @@ class EngineLock {
       rt_->progress.pending.store(false);
       rt_->pass_locked();
     }
-    // ACKs kept for a reply (kAckHoldNs) leave before the verb changes anything: a QP
+    // ACKs kept for a reply (its reply window) leave before the verb changes anything: a QP
     // destroyed, or the device closed, right after its last message still acknowledges it.
     rt_->engine->send_held_acks();
   }
@@ -236,7 +236,7 @@ bool is_parent_domain(ibv_pd* pd);
 /// Completion-channel events for armed CQs that got a completion (objects.cc; emu held).
 void deliver_cq_events(Runtime* rt);
 /// Set by ibv_poll_cq around the passes it drives: how long the engine may keep ACKs that
-/// would leave alone (kAckHoldNs; 0: not at all). pass_locked hands it to the engine.
+/// would leave alone (the reply window; 0: not at all). pass_locked hands it to the engine.
 inline thread_local uint64_t t_ack_hold_ns = 0;
 /// Destroys every object the application left in the context (objects.cc; at close).
 void destroy_context_objects(ContextState* s);
