@@ -48,7 +48,7 @@ constexpr uint32_t kOverflow = 65536 + 64;  // a super-frame's bytes past its fi
 constexpr size_t kTxMsgs = 64;        // messages per sendmmsg
 constexpr size_t kTxIov = 1024;       // iovecs per sendmmsg
 constexpr size_t kMaxRun = 64;        // packets per super-frame
-constexpr uint32_t kMaxSegs = 64;     // packets a received super-frame is cut into, at most
+constexpr uint32_t kMaxSegs = kMaxRun;  // packets a received super-frame is cut into, at most
 constexpr uint16_t kVlan = 0x8100, kQinQ = 0x88A8, kIpv4 = 0x0800, kIpv6 = 0x86DD;
 constexpr uint8_t kUdp = 17;
 
@@ -320,9 +320,11 @@ bool PacketPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_
     }
     if (n > 0) std::memcpy(dst, overflow + (off - in_head), n);
   };
+  // More packets than a uroce run has (kMaxRun): not ours to cut (dropped, counted).
+  uint32_t segs = (payload + mss - 1) / mss;
+  if (segs > kMaxSegs) return false;
   // The first packet stays where it is; the others are copied out from behind it.
   std::array<Frame*, kMaxSegs> seg;
-  uint32_t segs = std::min<uint32_t>((payload + mss - 1) / mss, kMaxSegs);
   seg[0] = head;
   for (uint32_t i = 1; i < segs; ++i) {
     seg[i] = alloc_frame();
