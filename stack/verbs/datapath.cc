@@ -25,12 +25,7 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   // back for the reply of an application that answers at once (its reply window).
   const uint64_t hold =
       rt->progress.policy.poll_begins(now, to_cq(cq)->notify_armed.load(std::memory_order_relaxed));
-  const auto drive = [rt, hold] {
-    t_ack_hold_ns = hold;
-    const bool ran = rt->drive(false);
-    t_ack_hold_ns = 0;
-    return ran;
-  };
+  const auto drive = [rt, hold] { return drive_holding_acks(rt, hold); };
   // Posts batched by a posting loop leave now: the application polls for their completions.
   if (rt->progress.policy.posts_waiting()) drive();
   // What is already in the CQ first, without touching the engine.

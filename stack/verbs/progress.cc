@@ -108,12 +108,8 @@ void progress_loop(Runtime* rt, bool poll_mode, int cpu) {
     rt->drive(false, &work);
     const uint64_t now = now_ns();
     if (poll_mode) {
-      if (poll.due(now)) {
-        const uint64_t before = poll.backoffs();
-        poll.reading(now, thread_cpu_ns());
-        if (poll.backoffs() != before && rt->stats != nullptr)
-          __atomic_fetch_add(&rt->stats->progress_backoffs, 1, __ATOMIC_RELAXED);
-      }
+      if (poll.due(now) && poll.reading(now, thread_cpu_ns()) && rt->stats != nullptr)
+        __atomic_fetch_add(&rt->stats->progress_backoffs, 1, __ATOMIC_RELAXED);
       if (poll.spinning()) continue;
     }
     const ThreadStep step = policy.after_pass(now, work);
@@ -153,9 +149,7 @@ bool await_answer(Runtime* rt, uint64_t since, ibv_cq* cq, uint64_t ack_hold_ns)
   // application posts as soon as it sees the answer (ib_write_lat: its WRITE), and leaves
   // with it in one write.
   while (now - since < plan.budget_ns && rt->engine->rx_seq() == before) {
-    t_ack_hold_ns = ack_hold_ns;
-    rt->drive(false);
-    t_ack_hold_ns = 0;
+    drive_holding_acks(rt, ack_hold_ns);
     now = now_ns();
   }
   const bool came = rt->engine->rx_seq() != before;

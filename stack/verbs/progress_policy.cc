@@ -166,24 +166,26 @@ bool ProgressPolicy::pass_takes_batch(uint64_t now, bool progress_thread) {
 
 // ---- The progress thread ----------------------------------------------------------------
 
-void PollModePolicy::reading(uint64_t now, uint64_t cpu_ns) {
+bool PollModePolicy::reading(uint64_t now, uint64_t cpu_ns) {
   if (state_ == kBackedOff) {  // time to look again: one window of spinning
     state_ = kProbing;
     start_window(now, cpu_ns);
-    return;
+    return false;
   }
   const uint64_t wall = now - window_at_;
   const uint64_t cpu = cpu_ns - window_cpu_;
   last_off_ = wall == 0 || cpu >= wall ? 0.0 : static_cast<double>(wall - cpu) / static_cast<double>(wall);
   const bool crowded = state_ == kSpinning ? last_off_ > kPollOversubscribed : last_off_ > kPollFree;
   if (crowded) {
-    if (state_ == kSpinning) ++backoffs_;
+    const bool backs_off = state_ == kSpinning;
+    if (backs_off) ++backoffs_;
     state_ = kBackedOff;
     next_ = now + kPollProbeNs;
-    return;
+    return backs_off;
   }
   state_ = kSpinning;
   start_window(now, cpu_ns);
+  return false;
 }
 
 ThreadStep ProgressThreadPolicy::after_pass(uint64_t now, size_t work) {

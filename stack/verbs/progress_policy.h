@@ -224,8 +224,9 @@ class PollModePolicy {
   PollModePolicy(uint64_t now, uint64_t cpu_ns) { start_window(now, cpu_ns); }
   /// Is a reading of the thread's CPU time due at `now`?
   bool due(uint64_t now) const { return now >= next_; }
-  /// The reading: what the thread does until the next one is due.
-  void reading(uint64_t now, uint64_t cpu_ns);
+  /// The reading: what the thread does until the next one is due. True if it backs off
+  /// (stops spinning, having spun) now.
+  bool reading(uint64_t now, uint64_t cpu_ns);
   /// Spin (run the next pass at once), or follow the shared policy (ProgressThreadPolicy).
   bool spinning() const { return state_ != kBackedOff; }
   uint64_t backoffs() const { return backoffs_; }

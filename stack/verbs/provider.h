@@ -238,6 +238,13 @@ void deliver_cq_events(Runtime* rt);
 /// Set by ibv_poll_cq around the passes it drives: how long the engine may keep ACKs that
 /// would leave alone (the reply window; 0: not at all). pass_locked hands it to the engine.
 inline thread_local uint64_t t_ack_hold_ns = 0;
+/// Runs an engine pass (Runtime::drive) whose ACKs wait `hold_ns` for the reply.
+inline bool drive_holding_acks(Runtime* rt, uint64_t hold_ns) {
+  t_ack_hold_ns = hold_ns;
+  const bool ran = rt->drive(false);
+  t_ack_hold_ns = 0;
+  return ran;
+}
 /// Destroys every object the application left in the context (objects.cc; at close).
 void destroy_context_objects(ContextState* s);
 /// What the async pipe carries: the event and the number of the object it names (QPN, or the
