@@ -1,6 +1,7 @@
 #include "udp/udp_port.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/filter.h>
 #include <net/if.h>
@@ -430,11 +431,13 @@ bool UdpPort::share(uint32_t first_qpn, uint32_t span, std::string* error) {
 
 int UdpPort::pass_on(const Frame* f, uint32_t block) {
   if (block >= kShareBlocks || block == block_) return ENOENT;
-  return sendto(share_fd_, f->data, f->len, MSG_DONTWAIT,
-                reinterpret_cast<const sockaddr*>(&share_names_[block]),
-                share_name_lens_[block]) == static_cast<ssize_t>(f->len)
-             ? 0
-             : errno;
+  if (sendto(share_fd_, f->data, f->len, pass_flags_,
+             reinterpret_cast<const sockaddr*>(&share_names_[block]),
+             share_name_lens_[block]) == static_cast<ssize_t>(f->len))
+    return 0;
+  const int e = errno;
+  if (e == EAGAIN && pass_flags_ == 0) pass_flags_ = MSG_DONTWAIT;  // leaving: waited once, enough
+  return e;
 }
 
 void UdpPort::pass_on_later(Frame* f, uint32_t block) {
@@ -524,6 +527,40 @@ bool UdpPort::receive_passed() {
     ready_.push_back(f);
   }
   return came;
+}
+
+void UdpPort::leave() {
+  if (share_fd_ < 0 || left_) return;
+  left_ = true;
+  const int fl = fcntl(share_fd_, F_GETFL);
+  const timeval most{0, 100 * 1000};
+  if (fl >= 0 && fcntl(share_fd_, F_SETFL, fl & ~O_NONBLOCK) == 0 &&
+      setsockopt(share_fd_, SOL_SOCKET, SO_SNDTIMEO, &most, sizeof most) == 0)
+    pass_flags_ = 0;
+  auto drop_own = [this] {  // this process's frames: nobody will take them
+    for (size_t k = ready_head_; k < ready_.size(); ++k) free_frame(ready_[k]);
+    ready_.clear();
+    ready_head_ = 0;
+  };
+  drop_own();
+  retry_passing();
+  for (size_t i = 0; i < nsocks_; ++i) {
+    while (receive(socks_[i]) > 0) {  // route() passes on what concerns others
+      drop_own();
+      retry_passing();
+    }
+    drop_own();
+    // Out of the group now (a datagram between the last receive and here is the only loss):
+    // the descriptor stays valid for whoever still holds it.
+    const int stand_in = util::kernel_socket(socks_[i].v6 ? AF_INET6 : AF_INET,
+                                             SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (stand_in >= 0) {
+      dup3(stand_in, socks_[i].fd, O_CLOEXEC);
+      close(stand_in);
+    }
+  }
+  retry_passing();
+  pass_flags_ = MSG_DONTWAIT;
 }
 
 UdpPort::~UdpPort() {
@@ -659,7 +696,7 @@ void UdpPort::cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t m
   }
 }
 
-void UdpPort::receive(const Sock& s) {
+size_t UdpPort::receive(const Sock& s) {
   mmsghdr msgs[kMsgs];
   iovec iov[kMsgs][2];
   sockaddr_in6 names[kMsgs];
@@ -690,7 +727,7 @@ void UdpPort::receive(const Sock& s) {
     msgs[want].msg_hdr.msg_control = ctl[want];
     msgs[want].msg_hdr.msg_controllen = sizeof ctl[want];
   }
-  if (want == 0) return;
+  if (want == 0) return 0;
   const int got = recvmmsg(s.fd, msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
   const size_t n = got > 0 ? static_cast<size_t>(got) : 0;
   for (size_t k = want; k > n; --k) spare_.push_back(fs[k - 1]);  // the first unused on top
@@ -759,6 +796,7 @@ void UdpPort::receive(const Sock& s) {
     }
   }
   if (share_fd_ >= 0) route(from);
+  return n;
 }
 
 uint16_t UdpPort::rx_burst(uint64_t, std::span<Frame*> out) {

@@ -23,6 +23,7 @@
 // arrives as one datagram: its first packet lands in place, the others are copied out.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/un.h>
 
 #include <array>
@@ -71,6 +72,13 @@ class UdpPort final : public Port {
   uint32_t max_frame_len() const override { return max_frame_; }
   std::array<uint8_t, 6> mac() const override { return mac_; }
   int wait_fd() const override { return wait_fd_; }
+  /// Sharing an address (share()): until its sockets close, the kernel keeps handing them
+  /// the address's datagrams, QP1's (the CM's, for every process) among them, and a peer that
+  /// sent a DREQ and exited resends nothing. So what waits at the sockets is passed on now
+  /// (waiting up to 100 ms for an owner whose queue is full), what is this process's own is
+  /// dropped, and the sockets leave the group at once: each descriptor then holds an unbound
+  /// socket (the port still sends, from its send-only sockets; it receives nothing more).
+  void leave() override;
 
   /// The Ethernet address the port gives an IP address: wire::socket_port_mac.
   static wire::MacAddr mac_for(const wire::Gid& ip);
@@ -121,7 +129,7 @@ class UdpPort final : public Port {
   int open_sender(bool v6, uint16_t port, uint16_t* bound);
   UdpPort() = default;
   void answer_neighbor(const Frame* f);
-  void receive(const Sock& s);
+  size_t receive(const Sock& s);  // datagrams received
   void cut(Frame* head, const uint8_t* overflow, uint32_t len, uint32_t mss, uint32_t hdr);
   void route(size_t from);
   int pass_on(const Frame* f, uint32_t block);  // 0 or an errno
@@ -160,6 +168,8 @@ class UdpPort final : public Port {
   std::array<socklen_t, kShareBlocks> share_name_lens_{};
   std::vector<std::pair<Frame*, uint32_t>> waiting_owner_;  // to pass on: the owner was full
   uint64_t rx_forwarded_ = 0, rx_unowned_ = 0;
+  int pass_flags_ = MSG_DONTWAIT;  // 0 while leaving: wait (SO_SNDTIMEO) for a full owner
+  bool left_ = false;
   uint32_t share_bursts_ = 0;
   bool passed_came_ = false;  // icrc_shift cached for the last run's packet length
 };

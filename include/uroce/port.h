@@ -45,6 +45,10 @@ class Port {
   /// a thread with nothing to do can sleep in the kernel until traffic comes; -1 if the port
   /// has none (the caller then naps in time slices).
   virtual int wait_fd() const { return -1; }
+  /// The process is going and nothing will receive from this port again: hand on what it
+  /// holds for others (a port whose address other processes share: what the kernel queued
+  /// here for them) and stop taking their traffic. The port stays usable for sending.
+  virtual void leave() {}
 };
 
 /// A decorator's base: forwards everything to the wrapped port.
@@ -62,6 +66,7 @@ class PortDecorator : public Port {
   uint32_t max_frame_len() const override { return inner_.max_frame_len(); }
   std::array<uint8_t, 6> mac() const override { return inner_.mac(); }
   int wait_fd() const override { return inner_.wait_fd(); }
+  void leave() override { inner_.leave(); }
 
  protected:
   Port& inner_;

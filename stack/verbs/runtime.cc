@@ -253,9 +253,11 @@ void reap_leftovers() {
 /// gets DISCONNECTED instead of waiting forever. Each is sent once: nobody is left to resend a
 /// lost one. No engine pass runs: received frames could write into registered memory the
 /// program has already freed on its way out. An application thread inside a pass is waited
-/// for up to 100 ms; one that holds the engine longer is left alone.
+/// for up to 100 ms; one that holds the engine longer is left alone. Last, the port hands on
+/// what it holds for other processes (Port::leave): on an address several processes share,
+/// the DREQ a peer sent another one before exiting may be waiting at this process's socket.
 void say_goodbye(Runtime* rt) {
-  if (!rt->engine || (!rt->cm && !rt->fault)) return;
+  if (!rt->engine) return;
   std::unique_lock<std::mutex> lock(rt->emu, std::defer_lock);
   for (int i = 0; i < 1000 && !lock.try_lock(); ++i)
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -266,6 +268,7 @@ void say_goodbye(Runtime* rt) {
   // or without a connection manager. (An ACK that died here left a kernel peer resending
   // its last SEND for ever: rxe never gives up at retry_cnt 7; interop.reorder_srq_pingpong.)
   if (rt->fault) static_cast<drivers::FaultInjector*>(rt->fault.get())->flush(now_ns());
+  if (rt->port) rt->port->leave();
 }
 
 /// UROCE_FAULT's account, one line on stderr as the device closes: what a test damaged is

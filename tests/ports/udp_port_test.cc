@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "wire/arp.h"
@@ -512,6 +513,78 @@ TEST(UdpPort, ProcessesSharingAnAddressPassOnWhatLandsAtTheWrongOne) {
   EXPECT_EQ(s.first->stats().rx_forwarded + s.second->stats().rx_forwarded, 62u)
       << "60 data packets, 2 of QP1 copied";
   EXPECT_EQ(s.first->stats().rx_unowned + s.second->stats().rx_unowned, 0u);
+}
+
+TEST(UdpPort, AProcessLeavingAnAddressPassesOnWhatWaitsThereForOthers) {
+  // The kernel numbered the sockets the other way round, so every packet for the second
+  // process's QPs lands at the first one's socket. The first process is leaving (exiting)
+  // before it received them: what waits there, QP1's included (a DREQ whose sender exited is
+  // never resent), must still reach the second, and what comes later goes straight to it.
+  SharedAddress s(26, 27, 1, 0);
+  ASSERT_TRUE(s.first && s.second && s.peer);
+  const wire::Gid gs = wire::ipv4_mapped_gid(v4(26)), go = wire::ipv4_mapped_gid(v4(27));
+  auto packet = [&](uint16_t sport, uint32_t qpn, uint32_t psn) {
+    Frame* f = roce_frame(*s.peer, go, gs, sport, 4791, psn, 100);
+    f->data[42 + 5] = static_cast<uint8_t>(qpn >> 16);
+    f->data[42 + 6] = static_cast<uint8_t>(qpn >> 8);
+    f->data[42 + 7] = static_cast<uint8_t>(qpn);
+    wire::ParsedPacket p;
+    wire::parse_frame(f->bytes(), p);
+    wire::store_icrc(f->data + f->len - 4, p.icrc_calc);
+    return f;
+  };
+  std::vector<Frame*> out;
+  for (uint32_t i = 0; i < 30; ++i) out.push_back(packet(s.peer->source_ports()[i % 4], 0x003456, i));
+  // QP1's from every source port the peer has: the kernel hashes each flow to one socket.
+  for (uint32_t i = 0; i < s.peer->source_ports().size(); ++i)
+    out.push_back(packet(s.peer->source_ports()[i], 1, 1000 + i));
+  const uint32_t qp1 = static_cast<uint32_t>(s.peer->source_ports().size());
+  send_all(*s.peer, out);
+  std::vector<uint32_t> got;
+  auto collect = [&](size_t want) {
+    for (int rounds = 0; got.size() < want && rounds < 1000; ++rounds) {
+      Frame* burst[64];
+      const uint16_t m = s.second->rx_burst(0, burst);
+      for (uint16_t i = 0; i < m; ++i) {
+        wire::ParsedPacket p;
+        EXPECT_EQ(wire::parse_frame(burst[i]->bytes(), p), wire::ParseError::kOk);
+        got.push_back(p.hdr.bth.dest_qp);
+        s.second->free_frame(burst[i]);
+      }
+      pollfd pf{s.second->wait_fd(), POLLIN, 0};
+      if (got.size() < want) poll(&pf, 1, 10);
+    }
+  };
+  // Two processes: the second receives while the first leaves (an owner's Unix socket holds
+  // few datagrams; the leaving one waits for room).
+  std::thread leaving([&] {
+    s.first->leave();
+    s.first->leave();  // once is what counts
+  });
+  collect(30 + qp1);
+  leaving.join();
+  EXPECT_EQ(count(got, 0x003456), 30u) << "the data packets that waited at the leaving socket";
+  EXPECT_EQ(count(got, 1), qp1) << "QP1's, whichever socket the kernel had hashed them to";
+  EXPECT_EQ(s.first->stats().rx_unowned, 0u);
+  // Gone from the group: the second socket is the group's only one, index 0, its block.
+  const uint64_t passed = s.first->stats().rx_forwarded;
+  EXPECT_GE(passed, 30u);
+  send_all(*s.peer, {packet(s.peer->source_ports()[0], 0x003456, 99)});
+  collect(30 + qp1 + 1);
+  EXPECT_EQ(count(got, 0x003456), 31u);
+  EXPECT_EQ(s.first->stats().rx_forwarded, passed) << "steered by the kernel, not passed on";
+  Frame* burst[8];
+  EXPECT_EQ(s.first->rx_burst(0, burst), 0u) << "the leaving port receives nothing more";
+  // It still sends (the CM's last words go out after leave()).
+  send_all(*s.first, {roce_frame(*s.first, gs, go, s.first->source_ports()[0], 4791, 5, 100)});
+  uint16_t m = 0;
+  for (int rounds = 0; m == 0 && rounds < 1000; ++rounds) {
+    m = s.peer->rx_burst(0, burst);
+    pollfd pf{s.peer->wait_fd(), POLLIN, 0};
+    if (m == 0) poll(&pf, 1, 10);
+  }
+  ASSERT_EQ(m, 1u);
+  s.peer->free_frame(burst[0]);
 }
 
 TEST(UdpPort, APacketForABlockNoProcessHasIsDropped) {
