@@ -1,8 +1,58 @@
 #include "pcap/pcap_file.h"
 
 #include <pcap/pcap.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace uroce::drivers {
+
+std::string linktype_name(int dlt) {
+  switch (dlt) {
+    case 0: return "NULL/loopback";
+    case 12:  // DLT_RAW (LINKTYPE_RAW 101 in the file)
+    case 14:  // DLT_RAW on OpenBSD
+    case 101: return "raw IP";
+    case 228: return "raw IPv4";
+    case 229: return "raw IPv6";
+    case 105: return "IEEE 802.11";
+    case 113: return "Linux cooked (SLL)";
+    case 127: return "802.11 radiotap";
+    case 276: return "Linux cooked v2 (SLL2)";
+    default: return "link type " + std::to_string(dlt);
+  }
+}
+
+std::string open_problem(const std::string& pcap_error) {
+  if (pcap_error.find("unknown file format") != std::string::npos ||
+      pcap_error.find("bad dump file format") != std::string::npos) {
+    return "not a pcap or pcapng capture (libpcap: " + pcap_error + ")";
+  }
+  if (pcap_error.find("truncated") != std::string::npos) {
+    return "not a usable capture: its file header is incomplete (libpcap: " + pcap_error + ")";
+  }
+  return "cannot read the capture (libpcap: " + pcap_error + ")";
+}
+
+std::string capture_problem(const std::string& path) {
+  // libpcap's own message for a missing file is fine, but a plain errno reads better.
+  struct stat st{};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "cannot open: it is a directory";
+  if (std::FILE* fp = std::fopen(path.c_str(), "rbe"); fp == nullptr) {
+    return std::string("cannot open: ") + std::strerror(errno);
+  } else {
+    std::fclose(fp);
+  }
+  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+    return "empty file, not a capture";
+  PcapReader rd(path);
+  if (!rd.ok()) return open_problem(rd.error());
+  if (rd.linktype() != 1)
+    return linktype_name(rd.linktype()) + " capture, not Ethernet: only Ethernet captures can be read";
+  return "";
+}
 
 PcapReader::PcapReader(const std::string& path) {
   char err[PCAP_ERRBUF_SIZE] = {};

@@ -19,6 +19,17 @@ struct PcapRecord {
   std::span<const uint8_t> data;   // captured bytes (may be shorter than orig_len)
 };
 
+/// A link type's name for people: "raw IP", "Linux cooked (SLL)", ..., else "link type N"
+/// (libpcap's DLT numbers, which is what PcapReader::linktype() gives).
+std::string linktype_name(int dlt);
+/// libpcap's message on opening a file, in words for people ("not a pcap or pcapng capture
+/// (libpcap: ...)").
+std::string open_problem(const std::string& pcap_error);
+/// Why `path` cannot be read as an Ethernet capture ("" if it can be opened as one): it is
+/// missing or a directory, empty, no pcap/pcapng file, its header is cut short, or it holds
+/// another link type. Dissector and replay say the same.
+std::string capture_problem(const std::string& path);
+
 class PcapReader {
  public:
   /// Opens `path`. On failure ok() is false and error() says why.

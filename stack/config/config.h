@@ -4,47 +4,19 @@
 //
 //   # one section per device
 //   [uroce0]
-//   iface   = veth0               # Linux interface, opened with uroce's own packet socket
-//   devargs = net_tap0,iface=t0   # or: any DPDK device (instead of iface)
-//   port    = af_xdp              # how iface is opened: af_packet (the default, uroce's own
-//                                 # packet socket with UDP GSO), af_xdp (uroce's AF_XDP port
-//                                 # and XDP program), dpdk (DPDK's net_af_packet) or udp
-//                                 # (UDP sockets on ipv4/ipv6:4791: no privileges, any
-//                                 # interface, loopback too; iface may then be left out)
-//   gso     = no                  # af_packet: one packet per write (default yes: runs of
-//                                 # packets as UDP GSO super-frames)
-//   ipv4    = 10.0.0.1            # default: the interface's first IPv4 address
-//   ipv6    = fd00::1             # default: the interface's first global IPv6 address
-//   mtu     = 4096                # largest RoCE MTU to offer: 256, 512, 1024, 2048 or 4096
-//   vlan    = 0                   # 802.1Q VLAN id for RoCE traffic (0: untagged)
-//   pcap    = /tmp/uroce0.pcap    # record the device's traffic
-//   fault   = loss=0.01,reorder=0.05,window=4,seed=7   # damage traffic on purpose (tests)
-//   exclusive = yes               # only this process uses the interface: faster transmit,
-//                                 # but other uroce processes on it no longer see our frames
-//   batch   = no                  # send every post at once (default yes: posts that follow
-//                                 # each other closely leave together with the next pass)
-//   ecn     = no                  # ECN-blind (default yes: RC/UC packets leave ECT(0) and a
-//                                 # CNP slows the QP down with DCQCN; README "Congestion")
-//   line_rate = 10000             # Mb/s a QP starts at and DCQCN returns to (default: the
-//                                 # interface's speed, else 100000)
-//   cnp_dscp = 48                 # DSCP of the CNPs sent for CE-marked packets
-//   min_time_between_cnps = 50    # microseconds, per QP
-//   dcqcn   = rpg_ai_rate=20,rpg_time_reset=100   # DCQCN's knobs (NVIDIA's names)
+//   iface = veth0        # Linux interface, opened with uroce's own packet socket
+//   mtu   = 4096
 //
-// fault keys: loss, duplicate, corrupt, ce, reorder (probabilities 0..1), window (reorder
-// distance, default 4 when reorder is set), delay_us, jitter_us, seed, side=tx|rx|both
-// (default tx). See drivers/fault/fault_injector.h for what each does.
-//
-// Environment: UROCE_IFACE, UROCE_DEVARGS, UROCE_IPV4, UROCE_IPV6, UROCE_MTU, UROCE_VLAN,
-// UROCE_PCAP, UROCE_FAULT, UROCE_EXCLUSIVE, UROCE_PORT, UROCE_GSO, UROCE_BATCH, UROCE_ECN,
-// UROCE_LINE_RATE, UROCE_CNP_DSCP, UROCE_MIN_TIME_BETWEEN_CNPS, UROCE_DCQCN override the first
-// device's settings (and create "uroce0" when there is no file).
-// Every problem is reported as one line naming the setting, its source and the fix.
+// Every setting (file key, UROCE_* variable, `uroce run` option, what it takes, its default)
+// is one row of config.cc's table, device_settings(): `uroce settings` prints it, and
+// docs/settings.md is generated from it. Every problem is reported as one line naming the
+// setting, its source and what it takes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -131,6 +103,31 @@ bool apply_env(const Env& env, Config* cfg, std::string* error);
 /// The whole thing: file ($UROCE_CONFIG, else /etc/uroce.conf if it exists) + environment.
 /// A missing default file is fine; a missing $UROCE_CONFIG file is an error.
 bool load(const Env& env, Config* out, std::string* error);
+
+/// One setting, as a user meets it: the environment variable, the key in a [device] section
+/// of the file (nullptr: not a device setting), the `uroce run` option (nullptr: none), what it
+/// takes, its default, what it does and an example value. The parser's keys, apply_env, the
+/// options of `uroce run`, `uroce settings` and docs/settings.md all come from one table.
+struct Setting {
+  const char* key;
+  const char* env;
+  const char* option;
+  const char* values;
+  const char* fallback;
+  const char* what;
+  const char* example;
+};
+/// The device settings, in the order `uroce settings` shows them.
+std::span<const Setting> device_settings();
+/// Variables that are no device setting (UROCE_CONFIG, UROCE_LIB_DIR, ...).
+std::span<const Setting> process_settings();
+/// The setting with that file key, option (--mtu) or variable (UROCE_MTU); nullptr if none.
+const Setting* find_setting(const std::string& key_or_option);
+/// A value for device setting `key` checked as the file parser checks it: "" or the one
+/// line naming the problem (without a location).
+std::string check_setting(const std::string& key, const std::string& value);
+/// The table for people: plain text (`uroce settings`) or Markdown (docs/settings.md).
+std::string settings_text(bool markdown);
 
 /// Fills ipv4/ipv6 from the Linux interface when they are not set (getifaddrs in the
 /// current network namespace). Devices given by devargs must set their addresses. The udp

@@ -28,7 +28,7 @@ namespace uroce::wire {
   X(kBadVersion, "bad_version", "BTH transport header version (TVer) is not 0")        \
   X(kUnknownOpcode, "unknown_opcode", "BTH opcode is not a known RC/UC/UD/CNP opcode") \
   X(kBadPad, "bad_pad", "pad count exceeds the payload, does not align it to 4 bytes, or is not allowed for this opcode") \
-  X(kBadPayloadLen, "bad_payload_len", "payload length is not allowed for this opcode") \
+  X(kBadPayloadLen, "bad_payload_len", "payload length is not allowed for this opcode, or longer than the largest RoCE MTU (4096)") \
   X(kBadIcrc, "bad_icrc", "invariant CRC does not match")                              \
   X(kBadMad, "bad_mad", "MAD base version or management class is not the CM's (1, 0x07)") \
   X(kUnknownCmAttribute, "unknown_cm_attr", "MAD attribute ID is not a CM message decoded here")

@@ -112,6 +112,7 @@ ParseError parse_frame(Bytes frame, ParsedPacket& out, const ParseOptions& opt) 
   if (pad != 0 && !info.ends_message()) return ParseError::kBadPad;
   out.payload = roce.subspan(info.length, body - pad);
   out.pad = roce.subspan(info.length + body - pad, pad);
+  if (out.payload.size() > kMaxRocePayload) return ParseError::kBadPayloadLen;
   if (info.fixed_payload != 0 && out.payload.size() != info.fixed_payload)
     return ParseError::kBadPayloadLen;
   out.icrc_wire = load_icrc(&roce[roce.size() - kIcrcLen]);

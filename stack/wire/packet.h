@@ -120,6 +120,10 @@ void seal_frame(MutBytes out, const FrameLayout& layout);
 /// seal_frame() reads nothing of the frame.
 void payload_crc(FrameLayout& layout, uint32_t crc, size_t payload_len);
 
+/// The largest payload a RoCE packet can carry: the largest path MTU (IBA 9.7.7: 4096). A
+/// longer one is malformed (kBadPayloadLen), however well its headers and ICRC agree.
+inline constexpr size_t kMaxRocePayload = 4096;
+
 /// Size of the frame build_frame() will produce.
 size_t frame_len(const RoceHeaders& h, size_t payload_len, size_t trailer_len = 0);
 

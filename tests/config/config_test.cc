@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 
 namespace uroce::config {
 namespace {
@@ -224,6 +228,143 @@ TEST(Config, LoadReadsUroceConfigAndRejectsAMissingOne) {
   EXPECT_EQ(c.devices[0].name, "dev1");
   EXPECT_FALSE(load(env_of({{"UROCE_CONFIG", path + ".missing"}}), &c, &err));
   EXPECT_NE(err.find("cannot be read"), std::string::npos);
+}
+
+TEST(Config, AConfigurationPathThatIsADirectoryIsRefused) {
+  Config c;
+  std::string err;
+  EXPECT_FALSE(load(env_of({{"UROCE_CONFIG", "/tmp"}}), &c, &err));
+  EXPECT_EQ(err, "UROCE_CONFIG names '/tmp', a directory: name the configuration file itself "
+                 "(e.g. /etc/uroce.conf)");
+}
+
+TEST(Config, TheSettingsTableIsTheOneTheParserReads) {
+  std::string err;
+  for (const Setting& st : device_settings()) {
+    SCOPED_TRACE(st.key);
+    // Its example is a good value, from the file, the environment and as an option.
+    EXPECT_EQ(check_setting(st.key, st.example), "");
+    Config c;
+    const std::string base = std::string(st.key) == "iface" ? "" : "iface = v0\n";
+    EXPECT_TRUE(parse("[d]\n" + base + st.key + " = " + st.example + "\n", "t.conf", &c, &err) ||
+                err.find("device [d]") != std::string::npos)  // a combination, not the value
+        << err;
+    Config e;
+    std::map<std::string, std::string> vars = {{st.env, st.example}};
+    if (std::string(st.key) != "iface") vars["UROCE_IFACE"] = "v0";
+    EXPECT_TRUE(apply_env(env_of(vars), &e, &err) || err.find("device ") == 0) << err;
+    // Found by each of its names; the option is the key with dashes.
+    EXPECT_EQ(find_setting(st.key), &st);
+    EXPECT_EQ(find_setting(st.env), &st);
+    ASSERT_NE(st.option, nullptr);
+    EXPECT_EQ(find_setting(st.option), &st);
+    std::string opt = std::string("--") + st.key;
+    std::replace(opt.begin(), opt.end(), '_', '-');
+    EXPECT_EQ(opt, st.option);
+    EXPECT_EQ(std::string(st.env), "UROCE_" + [&] {
+      std::string up = st.key;
+      for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      return up;
+    }());
+  }
+  EXPECT_EQ(check_setting("speed", "100").rfind("unknown setting 'speed' (known: iface, devargs", 0), 0u);
+  EXPECT_EQ(find_setting("UROCE_CONFIG"), &process_settings()[0]);
+  EXPECT_EQ(find_setting("--nonsense"), nullptr);
+}
+
+TEST(Config, EveryBadValueIsOneLineNamingTheSettingAndWhatItTakes) {
+  // At least one bad value per setting (a new setting without one fails below), the NaNs and
+  // infinities included: every comparison with NaN is false, so a range check alone passes it.
+  struct Bad {
+    const char* key;
+    const char* value;
+    const char* expect;  // the start of the one line
+  };
+  const Bad cases[] = {
+      {"iface", "", "iface must be a Linux interface name"},
+      {"iface", "a-name-longer-than-15", "iface must be a Linux interface name"},
+      {"devargs", "", "devargs must not be empty"},
+      {"shm", "relative/path", "shm 'relative/path' must be an absolute path"},
+      {"port", "xdp", "port 'xdp' must be af_packet"},
+      {"gso", "1", "gso '1' must be yes or no"},
+      {"ipv4", "10.0.0", "ipv4 '10.0.0' is not an IPv4 address"},
+      {"ipv6", "fd00::g", "ipv6 'fd00::g' is not an IPv6 address"},
+      {"mtu", "1500", "mtu '1500' must be 256, 512, 1024, 2048 or 4096"},
+      {"mtu", "nan", "mtu 'nan' must be 256"},
+      {"vlan", "5000", "vlan '5000' must be a VLAN id from 0 (untagged) to 4094"},
+      {"vlan", "-1", "vlan '-1' must be a VLAN id"},
+      {"pcap", "", "pcap must name a file"},
+      {"fault", "delay_us=nan", "fault 'delay_us=nan' needs a number >= 0"},
+      {"fault", "hold_us=nan", "fault 'hold_us=nan' needs a number >= 0"},
+      {"fault", "window=nan", "fault 'window=nan' needs a number >= 0"},
+      {"fault", "window=2.5", "fault window '2.5' must be a whole number 1..64"},
+      {"fault", "loss=nan", "fault 'loss=nan' needs a number >= 0"},
+      {"fault", "loss=inf", "fault 'loss=inf' needs a number >= 0"},
+      {"fault", "jitter_us=inf", "fault 'jitter_us=inf' needs a number >= 0"},
+      {"fault", "seed=1e300", "fault seed '1e300' must be a whole number from 0 to 18446744073709551615"},
+      {"fault", "seed=-1", "fault seed '-1' must be a whole number"},
+      {"fault", "seed=18446744073709551616", "fault seed '18446744073709551616' must be a whole number"},
+      {"exclusive", "maybe", "exclusive 'maybe' must be yes or no"},
+      {"progress", "spin", "progress 'spin' must be park"},
+      {"progress_cpu", "x", "progress_cpu 'x' must be a CPU number from 0"},
+      {"progress_cpu", "-2", "progress_cpu '-2' must be a CPU number from 0"},
+      {"progress_cpu", "1023", "progress_cpu '1023' must be a CPU this process may run on ("},
+      {"progress_cpu", "99999", "progress_cpu '99999' must be a CPU number from 0"},
+      {"batch", "2", "batch '2' must be yes or no"},
+      {"ecn", "maybe", "ecn 'maybe' must be yes"},
+      {"line_rate", "0", "line_rate '0' must be the link's rate in Mb/s (1 .. 10000000)"},
+      {"line_rate", "inf", "line_rate 'inf' must be the link's rate"},
+      {"cnp_dscp", "64", "cnp_dscp '64' must be a DSCP from 0 to 63"},
+      {"min_time_between_cnps", "x", "min_time_between_cnps 'x' must be microseconds"},
+      {"dcqcn", "rpg_ai_rate=inf", "dcqcn rpg_ai_rate 'inf' must be a number of Mb/s above 0 up to 1e+07"},
+      {"dcqcn", "rpg_ai_rate=0", "dcqcn rpg_ai_rate '0' must be a number of Mb/s above 0"},
+      {"dcqcn", "dce_tcp_g=nan", "dcqcn dce_tcp_g 'nan' must be a whole number of 1024ths from 0 to 1023"},
+      {"dcqcn", "rpg_threshold=1.5", "dcqcn rpg_threshold '1.5' must be a whole number"},
+      {"dcqcn", "rpg_time_reset=0", "dcqcn rpg_time_reset '0' must be a number of microseconds from 1"},
+      {"dcqcn", "g=1", "dcqcn 'g=1' is not a known key"},
+  };
+  std::set<std::string> covered;
+  for (const Bad& b : cases) {
+    const std::string e = check_setting(b.key, b.value);
+    EXPECT_EQ(e.rfind(b.expect, 0), 0u) << b.key << " = " << b.value << ": got: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    covered.insert(b.key);
+    // The same from the environment: one line naming the variable too.
+    Config c;
+    std::string err;
+    const Setting* st = find_setting(b.key);
+    ASSERT_NE(st, nullptr);
+    std::map<std::string, std::string> vars = {{st->env, b.value}};
+    vars.emplace("UROCE_IFACE", "v0");  // (iface's own bad value stays)
+    EXPECT_FALSE(apply_env(env_of(vars), &c, &err)) << b.key;
+    EXPECT_EQ(err.rfind(std::string("environment ") + st->env + ": " + b.expect, 0), 0u) << err;
+  }
+  for (const Setting& st : device_settings()) EXPECT_EQ(covered.count(st.key), 1u) << "no bad value for " << st.key;
+}
+
+TEST(Config, TheSettingsDocumentIsTheTable) {
+  std::ifstream in(UROCE_SETTINGS_DOC);
+  ASSERT_TRUE(in.good()) << UROCE_SETTINGS_DOC;
+  std::stringstream all;
+  all << in.rdbuf();
+  const std::string doc = all.str();
+  const std::string begin = "from `uroce settings --markdown`: do not edit -->\n";
+  const std::string end = "<!-- end of the generated table -->";
+  const size_t b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos);
+  ASSERT_NE(e, std::string::npos);
+  EXPECT_TRUE(doc.substr(b + begin.size(), e - b - begin.size()) == settings_text(true))
+      << "docs/settings.md is not the table the parser reads: run tools/settings_doc.sh";
+}
+
+TEST(Config, TheSampleFileNamesEverySetting) {
+  std::ifstream in(UROCE_SAMPLE_CONF);
+  std::stringstream all;
+  all << in.rdbuf();
+  for (const Setting& st : device_settings())
+    EXPECT_TRUE(all.str().find(std::string("\n") + st.key + " =") != std::string::npos ||
+                all.str().find(std::string("\n# ") + st.key + " =") != std::string::npos)
+        << st.key;
 }
 
 TEST(Config, TheSampleFileThatIsInstalledIsValid) {

@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "test_util.h"
+#include "wire/packet.h"
 
 namespace uroce::dissect {
 namespace {
@@ -339,6 +341,87 @@ TEST(DissectCli, LadderWritesOneSelfContainedPage) {
     ++closes;
   EXPECT_EQ(closes, 3u);
   std::remove(page.c_str());
+}
+
+TEST(DissectCli, LadderNeverDestroysItsInputOrAnEarlierPage) {
+  const std::string dir = ::testing::TempDir() + "/ladder_keep";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string cap = dir + "/victim.pcap";
+  std::filesystem::copy_file(pcap_path("kernel-rxe-atomic_bw_cas.pcap"), cap);
+  const auto size = std::filesystem::file_size(cap);
+  // The two arguments swapped: refused before anything is opened for writing.
+  const auto swapped = run_tool({"--ladder", cap, dir + "/new.html"});
+  EXPECT_EQ(swapped.status, 2);
+  EXPECT_NE(swapped.err.find("must end in .html or .svg (the capture comes last"), std::string::npos)
+      << swapped.err;
+  EXPECT_EQ(std::filesystem::file_size(cap), size) << "the capture survives";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/new.html"));
+  // A page, then a run whose capture is junk: the page stays as it was.
+  const std::string page = dir + "/page.html";
+  ASSERT_EQ(run_tool({"--ladder", page, cap}).status, 0);
+  const auto page_size = std::filesystem::file_size(page);
+  ASSERT_GT(page_size, 0u);
+  std::ofstream(dir + "/junk.pcap") << "not a capture";
+  EXPECT_EQ(run_tool({"--ladder", page, dir + "/junk.pcap"}).status, 1);
+  EXPECT_EQ(std::filesystem::file_size(page), page_size) << "the earlier page survives";
+  const std::string same = dir + "/same.html";
+  std::filesystem::copy_file(cap, same);
+  EXPECT_EQ(run_tool({"--ladder", same, same}).status, 2) << "OUT is the capture itself";
+  EXPECT_EQ(std::filesystem::file_size(same), size);
+  // Nothing else left in the directory (the page is written beside OUT, then renamed).
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 4u) << "victim.pcap, page.html, junk.pcap, same.html";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DissectCli, APayloadLongerThanAnyRoceMtuIsMalformed) {
+  // Headers and ICRC agree, but no path MTU is larger than 4096 bytes: the second frame is
+  // malformed, whatever its ICRC says.
+  std::vector<test::RawFrame> frames;
+  for (size_t payload : {size_t{4096}, size_t{59940}}) {
+    wire::RoceHeaders h;
+    h.ip4.src = {10, 77, 0, 12};
+    h.ip4.dst = {10, 77, 0, 11};
+    h.bth.opcode = wire::opcode::kRcSendOnly;
+    h.bth.dest_qp = 0x11;
+    std::vector<uint8_t> frame(65536);
+    frame.resize(wire::build_frame(h, std::vector<uint8_t>(payload, 0x5A), frame));
+    ASSERT_GT(frame.size(), payload);
+    frames.push_back({frame, static_cast<uint32_t>(frame.size()), 1000 * frames.size()});
+  }
+  test::TempDir dir;
+  const std::string cap = dir.path("oversize.pcap");
+  test::write_pcap(cap, 1, frames);
+  const auto r = run_tool({cap});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const auto lines = split_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_NE(lines[0].find("payload=4096  ICRC ok"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("MALFORMED bad_payload_len"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("longer than the largest RoCE MTU (4096)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("malformed 1"), std::string::npos) << lines[2];
+}
+
+TEST(DissectCli, AVerbsFileWithLinesThatAreNoEventsIsSaidSo) {
+  test::TempDir dir;
+  const std::string cap = dir.path("v.pcap");
+  std::filesystem::copy_file(pcap_path("uroce-rc_pingpong-verbs.pcap"), cap);
+  std::filesystem::copy_file(pcap_path("uroce-rc_pingpong-verbs.pcap.verbs"), cap + ".verbs");
+  const auto good = run_tool({"--ladder", dir.path("good.html"), cap});
+  ASSERT_EQ(good.status, 0) << good.err;
+  EXPECT_EQ(good.err, "");
+  std::ofstream(cap + ".verbs", std::ios::app) << "junk\n12345\tpost_send\t17\n";
+  const auto bad = run_tool({"--ladder", dir.path("bad.html"), cap});
+  ASSERT_EQ(bad.status, 0) << bad.err;
+  EXPECT_NE(bad.err.find("v.pcap.verbs: 2 lines are no verbs event (the first: line "), std::string::npos)
+      << bad.err;
+  std::ofstream(cap + ".verbs") << "12345\tpost_send\t17\t1\tSEND\t8\t-\t5\n";
+  const auto nodev = run_tool({"--ladder", dir.path("nodev.html"), cap});
+  EXPECT_NE(nodev.err.find("1 line is no verbs event (the first: line 1, and no device line came first)"),
+            std::string::npos)
+      << nodev.err;
 }
 
 TEST(DissectCli, LadderShowsCongestionMarksCnpsAndDcqcnCuts) {

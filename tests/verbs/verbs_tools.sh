@@ -32,10 +32,42 @@ ib_write_bw --help >/dev/null 2>&1 || [ $? -ne 127 ] || fail "ib_write_bw does n
 echo "ok: perftest loads against our library"
 uroce=$(dirname "$lib")/tools/uroce/uroce
 "$uroce" run --bogus x -- true 2>/dev/null && fail "uroce run accepted an unknown option"
-[ "$("$uroce" stats 999999999)" = "no uroce device open in process 999999999" ] || fail "uroce stats"
+# Options are checked when parsed, each error one line naming the option and what it takes;
+# the command never starts.
+expect_refused() {  # WANT ARGS...: `uroce ARGS` exits 2 and says WANT (its stderr's first line)
+  local want=$1; shift
+  local err rc=0
+  err=$("$uroce" "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -eq 2 ] || fail "uroce $*: exit $rc, not 2"
+  [ "$(head -1 <<<"$err")" = "$want" ] || fail "uroce $*: said '$(head -1 <<<"$err")', not '$want'"
+}
+expect_refused "uroce: --vlan 5000: vlan '5000' must be a VLAN id from 0 (untagged) to 4094" \
+  run --vlan 5000 -- touch /tmp/uroce-never-ran.$$
+[ ! -e /tmp/uroce-never-ran.$$ ] || fail "uroce run started the program despite a bad option"
+expect_refused "uroce: --mtu 1500: mtu '1500' must be 256, 512, 1024, 2048 or 4096" run --mtu 1500 -- true
+expect_refused "uroce: --fault loss=nan: fault 'loss=nan' needs a number >= 0 (e.g. fault = loss=0.01,reorder=0.05; keys: loss, duplicate, corrupt, ce, reorder, window, hold_us, delay_us, jitter_us, seed, side, spare=dreq)" \
+  run --fault loss=nan -- true
+expect_refused "uroce: --config /tmp: '/tmp' is no file: name the configuration file itself" \
+  devinfo --config /tmp
+expect_refused "uroce: --iface needs a value: a Linux interface name" run --iface -- true
+expect_refused "uroce: stats: 'abc' is not a process id (a number from 1, as ps shows)" stats abc
+expect_refused "uroce: stats: '0' is not a process id (a number from 1, as ps shows)" stats 0
+expect_refused "uroce: stats: '-5' is not a process id (a number from 1, as ps shows)" stats -5
+rc=0; err=$("$uroce" stats 999999999 2>&1) || rc=$?
+[ "$rc" -eq 1 ] && [ "$err" = "uroce: stats: no uroce device open in process 999999999 (no such process)" ] \
+  || fail "uroce stats 999999999: exit $rc: $err"
 out=$("$uroce" run --iface lo -- ibv_devices)
 echo "$out" | grep -qE '^\s+uroce0\s' || fail "uroce run --iface lo -- ibv_devices: $out"
-echo "ok: uroce run / stats"
+out=$("$uroce" run --iface=lo --mtu=1024 -- ibv_devices)
+echo "$out" | grep -qE '^\s+uroce0\s' || fail "uroce run --iface=lo -- ibv_devices: $out"
+# Every setting has an option, listed by --help and explained by `uroce settings`.
+settings=$("$uroce" settings)
+help=$("$uroce" run --help)
+for v in $(grep -oE '^UROCE_[A-Z0-9_]+' <<<"$settings"); do
+  grep -q "($v)" <<<"$help" || [ "$v" = UROCE_DEVINFO ] || [ "$v" = UROCE_DEVNODE ] || [ "$v" = UROCE_LIB_DIR ] \
+    || fail "uroce run --help has no option for $v"
+done
+echo "ok: uroce run / stats / settings: $(grep -cE '^UROCE_' <<<"$settings") settings, bad options refused with one line"
 
 if [ "$(id -u)" -ne 0 ]; then echo "SKIP: ibv_devinfo part needs root (network namespaces)"; exit 77; fi
 ns=uv$$

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -224,8 +225,14 @@ class LadderPrinter final : public Printer {
     std::ifstream in(path_ + ".verbs");
     if (!in) return 0;
     std::string line, local;
-    uint64_t n = 0;
+    uint64_t n = 0, lineno = 0, bad = 0, first_bad = 0;
+    // A line that is no event (junk, cut short, before the device line) is left out, and
+    // said once on stderr: the page shows the rest.
+    auto skip = [&] {
+      if (bad++ == 0) first_bad = lineno;
+    };
     while (std::getline(in, line)) {
+      ++lineno;
       if (line.empty() || line[0] == '#') continue;
       std::vector<std::string> f;
       for (size_t a = 0;;) {
@@ -238,10 +245,16 @@ class LadderPrinter final : public Printer {
         local = f[1] != "-" ? f[1] : f[2];
         continue;
       }
-      if (f.size() < 8 || local.empty()) continue;
+      if (f.size() < 8 || local.empty()) {
+        skip();
+        continue;
+      }
       char* end = nullptr;
       const uint64_t t = std::strtoull(f[0].c_str(), &end, 10);
-      if (*end != '\0') continue;
+      if (f[0].empty() || *end != '\0') {
+        skip();
+        continue;
+      }
       const uint32_t qpn = static_cast<uint32_t>(std::strtoul(f[2].c_str(), nullptr, 10));
       const std::string& ev = f[1];
       std::string label = ev;
@@ -281,6 +294,11 @@ class LadderPrinter final : public Printer {
       if (svg_) svg_rows_.push_back({rel, l, l, kind, label, "", line, true});
       ++n;
     }
+    if (bad != 0)
+      std::cerr << "uroce-dissect: " << path_ << ".verbs: " << bad << " line" << (bad == 1 ? " is" : "s are")
+                << " no verbs event (the first: line " << first_bad
+                << (local.empty() ? ", and no device line came first" : "")
+                << "); the page shows the " << n << " that are\n";
     return n;
   }
 

@@ -1,4 +1,10 @@
 // uroce-dissect: decode RoCEv2 captures. See docs/dissect.md.
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -79,22 +85,50 @@ int main(int argc, char** argv) {
   }
   if (!have_path) return usage_error("no capture file given");
   if (mode == Mode::kLadder) {
-    if (ladder_out.size() > 4 && ladder_out.compare(ladder_out.size() - 4, 4, ".svg") == 0)
+    // OUT is a page (.html, .htm or .svg), never the capture: with the two swapped, a capture
+    // would be written over. The page is written beside OUT and renamed over it only once
+    // whole, so a failed run leaves an earlier page as it was.
+    auto ends_with = [&](const char* ext) {
+      const size_t n = std::strlen(ext);
+      return ladder_out.size() > n && strcasecmp(ladder_out.c_str() + ladder_out.size() - n, ext) == 0;
+    };
+    if (ends_with(".svg")) {
       mode = Mode::kLadderSvg;
-    std::ofstream page(ladder_out, std::ios::binary | std::ios::trunc);
-    if (!page) {
+    } else if (!ends_with(".html") && !ends_with(".htm")) {
+      return usage_error("--ladder '" + ladder_out +
+                         "': the page's name must end in .html or .svg (the capture comes last: "
+                         "uroce-dissect --ladder OUT.html FILE.pcap)");
+    }
+    struct stat out_st{}, in_st{};
+    if (stat(ladder_out.c_str(), &out_st) == 0 && stat(path.c_str(), &in_st) == 0 &&
+        out_st.st_dev == in_st.st_dev && out_st.st_ino == in_st.st_ino)
+      return usage_error("--ladder '" + ladder_out + "' is the capture itself");
+    const size_t slash = ladder_out.rfind('/');
+    std::string tmp = (slash == std::string::npos ? std::string() : ladder_out.substr(0, slash + 1)) +
+                      ".uroce-dissect-XXXXXX";
+    const int fd = mkstemp(tmp.data());
+    if (fd < 0) {
       std::cerr << "uroce-dissect: " << ladder_out << ": cannot write the page: "
                 << std::strerror(errno) << '\n';
       return 1;
     }
-    const int rc = uroce::dissect::dissect_file(path, mode, page, std::cerr);
+    const mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);  // as a file the program created (mkstemp's is 0600)
+    close(fd);
+    std::ofstream page(tmp, std::ios::binary | std::ios::trunc);
+    const int rc = page ? uroce::dissect::dissect_file(path, mode, page, std::cerr) : 1;
     page.close();
-    if (!page) {
-      std::cerr << "uroce-dissect: " << ladder_out << ": writing the page failed\n";
-      return 1;
+    if (rc == 0 && !page) std::cerr << "uroce-dissect: " << ladder_out << ": writing the page failed\n";
+    if (rc != 0 || !page || std::rename(tmp.c_str(), ladder_out.c_str()) != 0) {
+      if (rc == 0 && page)
+        std::cerr << "uroce-dissect: " << ladder_out << ": cannot write the page: "
+                  << std::strerror(errno) << '\n';
+      std::remove(tmp.c_str());
+      return rc != 0 ? rc : 1;
     }
-    if (rc == 0) std::cout << "uroce-dissect: wrote " << ladder_out << " (open it in a browser)\n";
-    return rc;
+    std::cout << "uroce-dissect: wrote " << ladder_out << " (open it in a browser)\n";
+    return 0;
   }
   return uroce::dissect::dissect_file(path, mode, std::cout, std::cerr);
 }

@@ -14,36 +14,6 @@ namespace uroce::dissect {
 
 namespace {
 
-constexpr int kLinktypeEthernet = 1;
-
-std::string linktype_name(int lt) {
-  switch (lt) {
-    case 0: return "NULL/loopback";
-    case 12:  // DLT_RAW (LINKTYPE_RAW 101 in the file)
-    case 14:  // DLT_RAW on OpenBSD
-    case 101: return "raw IP";
-    case 228: return "raw IPv4";
-    case 229: return "raw IPv6";
-    case 105: return "IEEE 802.11";
-    case 113: return "Linux cooked (SLL)";
-    case 127: return "802.11 radiotap";
-    case 276: return "Linux cooked v2 (SLL2)";
-    default: return "link type " + std::to_string(lt);
-  }
-}
-
-/// Why libpcap could not open a file, in words.
-std::string open_problem(const std::string& pcap_error) {
-  if (pcap_error.find("unknown file format") != std::string::npos ||
-      pcap_error.find("bad dump file format") != std::string::npos) {
-    return "not a pcap or pcapng capture (libpcap: " + pcap_error + ")";
-  }
-  if (pcap_error.find("truncated") != std::string::npos) {
-    return "not a usable capture: its file header is incomplete (libpcap: " + pcap_error + ")";
-  }
-  return "cannot read the capture (libpcap: " + pcap_error + ")";
-}
-
 /// Why reading stopped after `read` packets.
 std::string read_problem(uint64_t read, const std::string& pcap_error) {
   const bool truncated = pcap_error.find("truncated") != std::string::npos;
@@ -74,25 +44,13 @@ int dissect_file(const std::string& path, Mode mode, std::ostream& out, std::ost
     return 1;
   };
 
-  // libpcap's own message for a missing file is fine, but a plain errno reads better.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return fail("cannot open: it is a directory");
-  if (std::FILE* fp = std::fopen(path.c_str(), "rb"); fp == nullptr) {
-    return fail(std::string("cannot open: ") + std::strerror(errno));
-  } else {
-    std::fclose(fp);
-  }
-  if (std::filesystem::file_size(path, ec) == 0 && !ec) return fail("empty file, not a capture");
+  if (const std::string problem = drivers::capture_problem(path); !problem.empty()) return fail(problem);
 
   // Pass 1: the path MTU, which READ tracking needs before the first READ response shows it.
   MtuScanner scanner;
   {
     drivers::PcapReader scan(path);
-    if (!scan.ok()) return fail(open_problem(scan.error()));
-    if (scan.linktype() != kLinktypeEthernet) {
-      return fail(strf("%s capture, not Ethernet: only Ethernet captures can be dissected",
-                       linktype_name(scan.linktype()).c_str()));
-    }
+    if (!scan.ok()) return fail(drivers::open_problem(scan.error()));
     drivers::PcapRecord rec;
     uint64_t n = 0;
     while (scan.next(rec)) scanner.observe(decode_frame(++n, 0, rec.data, rec.orig_len));
@@ -101,7 +59,7 @@ int dissect_file(const std::string& path, Mode mode, std::ostream& out, std::ost
 
   // Pass 2: decode, track and print.
   drivers::PcapReader reader(path);
-  if (!reader.ok()) return fail(open_problem(reader.error()));
+  if (!reader.ok()) return fail(drivers::open_problem(reader.error()));
   const PathMtu mtu = scanner.result();
   QpTracker tracker(mtu);
   std::unique_ptr<Printer> printer = make_printer(mode, out, tracker);

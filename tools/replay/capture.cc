@@ -22,13 +22,13 @@ bool decode_pkt(std::vector<uint8_t> bytes, Pkt& out, std::string* why) {
 }
 
 bool load_capture(const std::string& path, Capture& cap, std::string& error) {
-  drivers::PcapReader rd(path);
-  if (!rd.ok()) {
-    error = path + ": cannot read the capture (" + rd.error() + ")";
+  if (const std::string problem = drivers::capture_problem(path); !problem.empty()) {
+    error = path + ": " + problem;
     return false;
   }
-  if (rd.linktype() != 1) {
-    error = path + ": not an Ethernet capture (link type " + std::to_string(rd.linktype()) + ")";
+  drivers::PcapReader rd(path);
+  if (!rd.ok()) {
+    error = path + ": " + drivers::open_problem(rd.error());
     return false;
   }
   cap = Capture{};

@@ -3,10 +3,10 @@
 //   uroce run [options] -- CMD ARGS...   run CMD with uroce's libibverbs.so.1
 //   uroce devinfo [options]              ibv_devinfo -v on uroce
 //   uroce stats [PID]                    per-reason counters of running uroce processes
+//   uroce settings [--markdown]          every setting: variable, file key, option, default
 //
-// Options (each sets the matching UROCE_* variable, see docs/config in README):
-//   --iface IF  --devargs ARGS  --ipv4 A  --ipv6 A  --mtu N  --vlan ID  --pcap FILE
-//   --config FILE
+// Options: one per setting (--iface IF, --mtu N, --progress-cpu N, ...; each sets the
+// matching UROCE_* variable), made from config::device_settings() and checked when parsed.
 // `uroce --help` and `uroce CMD --help` say the same in full; the man page is made from them.
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include <cctype>
 #include <climits>
 #include <csignal>
 #include <cstdio>
@@ -42,27 +43,11 @@ constexpr const char* kUsage =
     "       uroce devinfo [options]              show the uroce device (ibv_devinfo -v)\n"
     "       uroce stats [PID]                    counters of running uroce processes\n"
     "       uroce doctor                         which ports can work here, and the fixes\n"
+    "       uroce settings [--markdown]          every setting, its default and what it does\n"
     "       uroce CMD --help                     what CMD does, in full\n"
     "       uroce --version\n"
-    "options: --iface IF --devargs ARGS --ipv4 ADDR --ipv6 ADDR --mtu N --vlan ID\n"
-    "         --pcap FILE (record the traffic) --config FILE\n";
-
-constexpr const char* kOptionsHelp =
-    "\n"
-    "Options (each sets the UROCE_* variable named after it; unset, the configuration file\n"
-    "$UROCE_CONFIG, else /etc/uroce.conf, decides):\n"
-    "  --iface IF       the Linux interface of device uroce0 (opened with uroce's packet socket)\n"
-    "  --devargs ARGS   a DPDK device instead, e.g. net_tap0,iface=tap0\n"
-    "  --ipv4 ADDR      the RoCE IPv4 address (default: the interface's)\n"
-    "  --ipv6 ADDR      the RoCE IPv6 address (default: the interface's global one)\n"
-    "  --mtu N          the largest RoCE MTU offered: 256, 512, 1024, 2048 or 4096\n"
-    "  --vlan ID        802.1Q VLAN id of the RoCE traffic (0: untagged)\n"
-    "  --pcap FILE      record the device's traffic (read it with uroce-dissect)\n"
-    "  --config FILE    the configuration file (see the sample uroce.conf)\n"
-    "Other settings (UROCE_PORT, UROCE_FAULT, UROCE_EXCLUSIVE, ...) are read from the\n"
-    "environment. With no device configured at all, uroce0 is the udp port on loopback (UDP\n"
-    "sockets, no privileges): each process takes a free 127.0.0.x of its own, and clients\n"
-    "reach a server at 127.0.0.1 (ib_write_bw 127.0.0.1, rping -c -a 127.0.0.1).\n";
+    "options: --iface IF --ipv4 ADDR --port udp --mtu N --pcap FILE --config FILE ...\n"
+    "         (one per setting: uroce settings)\n";
 
 constexpr const char* kRunHelp =
     "usage: uroce run [options] [--] CMD ARGS...\n"
@@ -79,9 +64,9 @@ constexpr const char* kDevinfoHelp =
     "\n"
     "Shows the uroce device as rdma-core's ibv_devinfo -v does (ibverbs-utils must be\n"
     "installed): uroce run [options] -- ibv_devinfo -v, with UROCE_DEVINFO=1, which makes\n"
-    "the library first print how each device's port is set up: the DPDK driver and device,\n"
-    "the interface, queues and descriptors, the mbufs and whether they are in hugepages,\n"
-    "and whether the port sleeps on a descriptor or is polled when idle.\n";
+    "the library first print one line per device saying how its port is set up: which port\n"
+    "(af_packet, udp, af_xdp, shm or a DPDK device), the interface or address it uses, its\n"
+    "rings or frames, how runs of packets are sent and received, and what it needs.\n";
 
 constexpr const char* kDoctorHelp =
     "usage: uroce doctor\n"
@@ -99,14 +84,40 @@ constexpr const char* kStatsHelp =
     "Prints, for every running process with a uroce device open (or only process PID), each\n"
     "non-zero counter with its meaning: drops by reason, NAKs sent and received,\n"
     "retransmissions, timeouts, ARP. Counters left behind by processes that are gone are\n"
-    "removed.\n";
+    "removed. Exit status: 0; 1 when process PID has no uroce device open; 2 bad usage.\n";
+
+constexpr const char* kSettingsHelp =
+    "usage: uroce settings [--markdown]\n"
+    "\n"
+    "Lists every setting: its environment variable, its key in a [device] section of the\n"
+    "configuration file, its uroce run option, what it takes, its default and what it does.\n"
+    "--markdown prints the same as the table of docs/settings.md.\n";
 
 bool is_help(const char* arg) { return !std::strcmp(arg, "--help") || !std::strcmp(arg, "-h"); }
 
 /// Prints a command's help (with the device options where it takes them); returns 0.
 int help(const char* text, bool with_options) {
   std::fputs(text, stdout);
-  if (with_options) std::fputs(kOptionsHelp, stdout);
+  if (!with_options) return 0;
+  std::fputs("\nOptions (each sets the UROCE_* variable named; unset, the configuration file\n"
+             "$UROCE_CONFIG, else /etc/uroce.conf, decides; --opt VALUE or --opt=VALUE):\n",
+             stdout);
+  auto line = [](const uroce::config::Setting& st) {
+    if (st.option == nullptr) return;
+    std::string opt = std::string(st.option) + " " + (st.key ? st.key : "file");
+    for (size_t k = std::strlen(st.option) + 1; k < opt.size(); ++k)
+      opt[k] = static_cast<char>(std::toupper(static_cast<unsigned char>(opt[k])));
+    const bool long_list = std::strlen(st.values) > 48;  // fault, dcqcn: uroce settings has it
+    std::printf("  %-30s %s (%s)\n", opt.c_str(), long_list ? "key=value,... (uroce settings)" : st.values,
+                st.env);
+  };
+  for (const auto& st : uroce::config::device_settings()) line(st);
+  for (const auto& st : uroce::config::process_settings()) line(st);
+  std::fputs("uroce settings says what each does and its default. With no device configured at\n"
+             "all, uroce0 is the udp port on loopback (UDP sockets, no privileges): each process\n"
+             "takes a free 127.0.0.x of its own, and clients reach a server at 127.0.0.1\n"
+             "(ib_write_bw 127.0.0.1, rping -c -a 127.0.0.1).\n",
+             stdout);
   return 0;
 }
 
@@ -145,31 +156,47 @@ std::string lib_dir(std::string* looked) {
 }
 
 /// Consumes options into the environment; returns the index of the first non-option.
-/// `--help` among them prints `help_text` and exits 0.
+/// `--help` among them prints `help_text` and exits 0. Each value is checked as the
+/// configuration parser checks it: a bad one exits 2 with one line naming the option.
 int apply_options(int argc, char** argv, int i, const char* help_text) {
-  static const char* const kMap[][2] = {{"--iface", "UROCE_IFACE"}, {"--devargs", "UROCE_DEVARGS"},
-                                        {"--ipv4", "UROCE_IPV4"},   {"--ipv6", "UROCE_IPV6"},
-                                        {"--mtu", "UROCE_MTU"},     {"--vlan", "UROCE_VLAN"},
-                                        {"--pcap", "UROCE_PCAP"},   {"--config", "UROCE_CONFIG"}};
   while (i < argc && argv[i][0] == '-' && std::strcmp(argv[i], "--") != 0) {
     if (is_help(argv[i])) std::exit(help(help_text, true));
-    bool known = false;
-    for (const auto& [opt, var] : kMap) {
-      if (std::strcmp(argv[i], opt) == 0) {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "uroce: %s needs a value\n", opt);
-          std::exit(2);
-        }
-        setenv(var, argv[i + 1], 1);
-        i += 2;
-        known = true;
-        break;
-      }
+    std::string opt = argv[i], value;
+    const size_t eq = opt.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = opt.substr(eq + 1);
+      opt.resize(eq);
     }
-    if (!known) {
-      std::fprintf(stderr, "uroce: unknown option '%s'\n%s", argv[i], kUsage);
+    const uroce::config::Setting* st = uroce::config::find_setting(opt);
+    if (st == nullptr || st->option == nullptr || opt != st->option) {
+      std::fprintf(stderr, "uroce: unknown option '%s' (uroce settings lists them)\n%s", opt.c_str(),
+                   kUsage);
       std::exit(2);
     }
+    if (!inline_value) {
+      if (i + 1 >= argc || std::strcmp(argv[i + 1], "--") == 0) {
+        std::fprintf(stderr, "uroce: %s needs a value: %s\n", opt.c_str(), st->values);
+        std::exit(2);
+      }
+      value = argv[++i];
+    }
+    ++i;
+    std::string problem;
+    if (st->key != nullptr) {
+      problem = uroce::config::check_setting(st->key, value);
+    } else if (opt == "--config") {
+      struct stat sb{};
+      if (stat(value.c_str(), &sb) != 0)
+        problem = "'" + value + "' cannot be read: " + std::strerror(errno);
+      else if (!S_ISREG(sb.st_mode))
+        problem = "'" + value + "' is no file: name the configuration file itself";
+    }
+    if (!problem.empty()) {
+      std::fprintf(stderr, "uroce: %s %s: %s\n", opt.c_str(), value.c_str(), problem.c_str());
+      std::exit(2);
+    }
+    setenv(st->env, value.c_str(), 1);
   }
   return i;
 }
@@ -606,10 +633,12 @@ int stats(int only_pid) {
     munmap(p, sizeof(uroce::StatsShm));
   }
   closedir(d);
-  if (shown == 0) {
-    std::printf(only_pid ? "no uroce device open in process %d\n" : "no running uroce processes\n",
-                only_pid);
+  if (shown == 0 && only_pid != 0) {
+    std::fprintf(stderr, "uroce: stats: no uroce device open in process %d%s\n", only_pid,
+                 kill(only_pid, 0) != 0 && errno == ESRCH ? " (no such process)" : "");
+    return 1;
   }
+  if (shown == 0) std::printf("no running uroce processes\n");
   return 0;
 }
 
@@ -655,13 +684,32 @@ int main(int argc, char** argv) {
   }
   if (cmd == "stats") {
     if (argc == 3 && is_help(argv[2])) return help(kStatsHelp, false);
-    char* end = nullptr;
-    const long pid = argc == 3 ? std::strtol(argv[2], &end, 10) : 0;
-    if (argc > 3 || (argc == 3 && (*end != '\0' || pid <= 0 || pid > INT_MAX))) {
+    if (argc > 3) {
       std::fprintf(stderr, "uroce: stats takes one process id at most: uroce stats [PID]\n");
       return 2;
     }
+    long pid = 0;
+    if (argc == 3) {
+      char* end = nullptr;
+      errno = 0;
+      pid = std::strtol(argv[2], &end, 10);
+      if (end == argv[2] || *end != '\0' || errno != 0 || pid <= 0 || pid > INT_MAX) {
+        std::fprintf(stderr, "uroce: stats: '%s' is not a process id (a number from 1, as ps shows)\n",
+                     argv[2]);
+        return 2;
+      }
+    }
     return stats(static_cast<int>(pid));
+  }
+  if (cmd == "settings") {
+    if (argc == 3 && is_help(argv[2])) return help(kSettingsHelp, false);
+    const bool markdown = argc == 3 && !std::strcmp(argv[2], "--markdown");
+    if (argc > 3 || (argc == 3 && !markdown)) {
+      std::fprintf(stderr, "uroce: settings takes --markdown at most: uroce settings [--markdown]\n");
+      return 2;
+    }
+    std::fputs(uroce::config::settings_text(markdown).c_str(), stdout);
+    return 0;
   }
   std::fprintf(stderr, "uroce: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
