@@ -309,15 +309,8 @@ int mcast(ibv_qp* qp, const ibv_gid* gid, bool attach) {
 int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) { return mcast(qp, gid, true); }
 int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) { return mcast(qp, gid, false); }
 
-// ---- Not supported: importing objects, ECE, dmabuf, kernel ABI copies ----------------------
+// ---- Not supported: ECE, dmabuf, kernel ABI copies -----------------------------------------
 
-ibv_context* ibv_import_device(int) { return not_supported<ibv_context>(); }
-ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return not_supported<ibv_pd>(); }
-void ibv_unimport_pd(ibv_pd*) {}
-ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return not_supported<ibv_mr>(); }
-void ibv_unimport_mr(ibv_mr*) {}
-ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return not_supported<ibv_dm>(); }
-void ibv_unimport_dm(ibv_dm*) {}
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) {

@@ -2,6 +2,8 @@
 // context on a device's shared runtime (runtime.cc), and the device-level queries.
 #include <fcntl.h>
 #include <net/if.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -72,6 +74,65 @@ const std::vector<Device*>& devices() {
   return *list;
 }
 
+namespace {
+
+// Every open context of this process (imported ones too), for ibv_import_device to find by
+// its command descriptor's file; the groups' member counts change under the same lock.
+std::mutex g_contexts_mu;
+std::vector<Context*>* g_contexts = new std::vector<Context*>;  // never destroyed (exit)
+
+/// A context on `d` sharing `shared` (ibv_import_device), or with a state of its own; `cmd_fd`
+/// becomes its command descriptor. Null with errno (cmd_fd then stays the caller's).
+ibv_context* make_context(Device* d, ContextState* shared, int cmd_fd) {
+  auto* ctx = static_cast<Context*>(calloc(1, sizeof(Context)));
+  Runtime* rt = ctx != nullptr ? acquire_runtime(d) : nullptr;
+  if (rt == nullptr) {
+    const int e = ctx == nullptr ? ENOMEM : errno;
+    free(ctx);
+    errno = e;
+    return nullptr;
+  }
+  ContextState* state = shared;
+  if (state == nullptr) {
+    auto own = std::make_unique<ContextState>();
+    // The async event pipe: the application reads (blocking, as the kernel's async fd); the
+    // engine writes without ever blocking.
+    struct stat st{};
+    if (pipe2(own->async_pipe, O_CLOEXEC) != 0 || fstat(cmd_fd, &st) != 0) {
+      const int e = errno;
+      if (own->async_pipe[0] >= 0) close(own->async_pipe[0]);
+      if (own->async_pipe[1] >= 0) close(own->async_pipe[1]);
+      release_runtime(rt);
+      free(ctx);
+      errno = e;
+      return nullptr;
+    }
+    fcntl(own->async_pipe[1], F_SETFL, O_NONBLOCK);
+    own->rt = rt;
+    own->cmd_dev = st.st_dev;
+    own->cmd_ino = st.st_ino;
+    state = own.release();
+    std::lock_guard<std::mutex> lock(rt->ctx_mu);
+    rt->contexts.push_back(state);
+  }
+  ibv_context& c = ctx->vctx.context;
+  c.device = &d->ibv;
+  c.cmd_fd = cmd_fd;
+  c.async_fd = state->async_pipe[0];
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  ctx->vctx.sz = sizeof(verbs_context);
+  install_ops(ctx);
+  ctx->state = state;
+  std::lock_guard<std::mutex> lock(g_contexts_mu);
+  if (shared != nullptr) ++shared->members;
+  g_contexts->push_back(ctx);
+  return &c;
+}
+
+}  // namespace
+
 }  // namespace uroce::verbs
 
 using namespace uroce;
@@ -102,52 +163,67 @@ __be64 ibv_get_device_guid(ibv_device* device) {
 int ibv_get_device_index(ibv_device* device) { return to_device(device)->index; }
 
 ibv_context* ibv_open_device(ibv_device* device) {
-  Device* d = to_device(device);
-  auto state = std::make_unique<ContextState>();
-  // The async event pipe: the application reads (blocking, as the kernel's async fd); the
-  // engine writes without ever blocking.
-  if (pipe2(state->async_pipe, O_CLOEXEC) != 0) return nullptr;
-  fcntl(state->async_pipe[1], F_SETFL, O_NONBLOCK);
-  auto* ctx = static_cast<Context*>(calloc(1, sizeof(Context)));
-  Runtime* rt = ctx != nullptr ? acquire_runtime(d) : nullptr;
-  if (rt == nullptr) {
-    const int e = ctx == nullptr ? ENOMEM : errno;
-    free(ctx);
-    close(state->async_pipe[0]);
-    close(state->async_pipe[1]);
+  // There is no kernel command channel; programs still dup() or poll the descriptor, and
+  // ibv_import_device finds the context by it: a file of its own (a memfd, no name anywhere).
+  const int cmd_fd = memfd_create("uroce-verbs", MFD_CLOEXEC);
+  if (cmd_fd < 0) return nullptr;
+  ibv_context* c = make_context(to_device(device), nullptr, cmd_fd);
+  if (c == nullptr) {
+    const int e = errno;
+    close(cmd_fd);
     errno = e;
+  }
+  return c;
+}
+
+// ibv_import_device(3): a second context on the verbs file `cmd_fd` names (a dup of an open
+// context's cmd_fd), sharing that context's objects: ibv_import_pd / _mr / _dm find them by
+// handle. Only within the process that opened it: one engine per process holds the objects,
+// so another process's descriptor (passed over a unix socket) is EOPNOTSUPP.
+ibv_context* ibv_import_device(int cmd_fd) {
+  struct stat st{};
+  if (fstat(cmd_fd, &st) != 0) return nullptr;  // EBADF
+  Context* from = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_contexts_mu);
+    for (Context* c : *g_contexts)
+      if (c->state->cmd_dev == st.st_dev && c->state->cmd_ino == st.st_ino &&
+          c->state->rt->pid == getpid())
+        from = c;
+  }
+  if (from == nullptr) {
+    errno = EOPNOTSUPP;
     return nullptr;
   }
-  state->rt = rt;
-  ibv_context& c = ctx->vctx.context;
-  c.device = device;
-  // There is no kernel command channel; programs still dup() or poll the fd (pyverbs's
-  // shared-PD test does, then ibv_import_device answers EOPNOTSUPP), so it is a real one.
-  c.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  c.async_fd = state->async_pipe[0];
-  c.num_comp_vectors = 1;
-  pthread_mutex_init(&c.mutex, nullptr);
-  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
-  ctx->vctx.sz = sizeof(verbs_context);
-  install_ops(ctx);
-  ctx->state = state.release();
-  {
-    std::lock_guard<std::mutex> lock(rt->ctx_mu);
-    rt->contexts.push_back(ctx->state);
-  }
-  return &c;
+  return make_context(to_device(from->vctx.context.device), from->state, cmd_fd);
 }
 
 int ibv_close_device(ibv_context* context) {
   Context* ctx = to_context(context);
   ContextState* s = ctx->state;
   Runtime* rt = s->rt;
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(g_contexts_mu);
+    std::erase(*g_contexts, ctx);
+    last = --s->members == 0;
+  }
+  if (context->cmd_fd >= 0) close(context->cmd_fd);
+  context->cmd_fd = -1;
   if (rt->pid != getpid()) {
     // A context inherited through fork(): its engine and threads are the parent's (and its
     // locks may be held by threads that are not here). Only this copy's handles go.
-    close(s->async_pipe[0]);
-    close(s->async_pipe[1]);
-    if (context->cmd_fd >= 0) close(context->cmd_fd);
+    if (last) {
+      close(s->async_pipe[0]);
+      close(s->async_pipe[1]);
+    }
+    return 0;
+  }
+  if (!last) {
+    // Others of its group are open: the objects stay, and with them this structure, which
+    // objects made through it name; it goes with the group's last context.
+    s->closed_members.push_back(ctx);
+    release_runtime(rt);  // (the group's last context holds one too)
     return 0;
   }
   // What the application left is destroyed, as the kernel does when a verbs fd closes.
@@ -160,7 +236,10 @@ int ibv_close_device(ibv_context* context) {
   release_runtime(rt);
   close(s->async_pipe[0]);
   close(s->async_pipe[1]);
-  if (context->cmd_fd >= 0) close(context->cmd_fd);
+  for (Context* c : s->closed_members) {
+    pthread_mutex_destroy(&c->vctx.context.mutex);
+    free(c);
+  }
   delete s;
   pthread_mutex_destroy(&context->mutex);
   free(ctx);

@@ -18,10 +18,14 @@
 #include "verbs/provider.h"
 
 namespace uroce::verbs {
+// An imported object (ibv_import_pd / _mr / _dm) is a second handle of the importing context
+// on the same engine object; it keeps the original from being destroyed (a PD through its
+// users, the others through `imports`) until it is unimported or its group closes.
 struct UPd {
   ibv_pd ibv;
   mem::Pd* pd;
   bool parent_domain;  // a parent domain: a second handle on `pd` (which it keeps busy)
+  bool imported;       // ibv_import_pd's: a handle on `pd` (which it keeps busy)
 };
 struct UDm {
   ibv_dm ibv;
@@ -30,11 +34,15 @@ struct UDm {
   uint64_t charged;  // what it counts against kDeviceMemoryBytes (length, aligned)
   uint32_t mrs;     // MRs registered on it (under the engine lock): it cannot be freed
   bool dead;        // being freed (under the engine lock): no new MR on it
+  UDm* imported_from;  // ibv_import_dm's: the device memory it names (mem, length: its)
+  uint32_t imports;    // handles imported on this one (under the group's obj_mu)
 };
 struct UMr {
   ibv_mr ibv;
   mem::Mr* mr;
   UDm* dm;  // the device memory it registers, or null
+  UMr* imported_from;  // ibv_import_mr's: the registration it names
+  uint32_t imports;    // handles imported on this one (under the group's obj_mu)
 };
 struct UMw {
   ibv_mw ibv;
@@ -186,8 +194,39 @@ int destroy_ah(ibv_ah* ah) {
   return 0;
 }
 
+void unimport_mr(ibv_mr* mr) {
+  auto* u = reinterpret_cast<UMr*>(mr);
+  if (u->imported_from == nullptr) return;  // not an imported one: left alone
+  {
+    std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
+    --u->imported_from->imports;
+    state_of(mr->context)->mrs.erase(u);
+  }
+  delete u;
+}
+
 int dereg_mr(ibv_mr* mr) {
   Runtime* rt = runtime_of(mr->context);
+  if (UMr* from = reinterpret_cast<UMr*>(mr)->imported_from; from != nullptr) {
+    // An imported handle: the registration it names goes (ibv_import_mr(3)), then the handle.
+    {
+      std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
+      if (from->imports > 1) return EBUSY;  // other imported handles name it
+      from->imports = 0;
+    }
+    if (int e = dereg_mr(&from->ibv); e != 0) {
+      std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
+      from->imports = 1;
+      return e;
+    }
+    disown(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr));
+    delete reinterpret_cast<UMr*>(mr);
+    return 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
+    if (reinterpret_cast<UMr*>(mr)->imports != 0) return EBUSY;  // imported handles name it
+  }
   {
     EngineLock lock(rt);
     if (int e = rt->engine->dereg_mr(reinterpret_cast<UMr*>(mr)->mr); e != 0) return e;
@@ -198,9 +237,41 @@ int dereg_mr(ibv_mr* mr) {
   return 0;
 }
 
+void unimport_pd(ibv_pd* pd) {
+  auto* u = reinterpret_cast<UPd*>(pd);
+  if (!u->imported) return;  // not an imported one: left alone
+  {
+    EngineLock lock(runtime_of(pd->context));
+    --u->pd->users;
+  }
+  disown(pd->context, &ContextState::pds, u);
+  delete u;
+}
+
 int dealloc_pd(ibv_pd* pd) {
   Runtime* rt = runtime_of(pd->context);
   auto* u = reinterpret_cast<UPd*>(pd);
+  if (u->imported) {
+    // An imported handle: the PD it names goes (ibv_import_pd(3)), then the handle.
+    UPd* from = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(state_of(pd->context)->obj_mu);
+      for (UPd* o : state_of(pd->context)->pds)
+        if (o->pd == u->pd && !o->imported && !o->parent_domain) from = o;
+    }
+    {
+      EngineLock lock(rt);
+      --u->pd->users;
+    }
+    if (int e = from != nullptr ? dealloc_pd(&from->ibv) : EBUSY; e != 0) {
+      EngineLock lock(rt);
+      ++u->pd->users;
+      return e;
+    }
+    disown(pd->context, &ContextState::pds, u);
+    delete u;
+    return 0;
+  }
   {
     EngineLock lock(rt);
     if (u->parent_domain) {
@@ -302,9 +373,40 @@ ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   return &dm->ibv;
 }
 
+void unimport_dm(ibv_dm* ibv) {
+  auto* dm = reinterpret_cast<UDm*>(ibv);
+  if (dm->imported_from == nullptr) return;  // not an imported one: left alone
+  {
+    std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
+    --dm->imported_from->imports;
+    state_of(ibv->context)->dms.erase(dm);
+  }
+  delete dm;
+}
+
 int free_dm(ibv_dm* ibv) {
   auto* dm = reinterpret_cast<UDm*>(ibv);
   Runtime* rt = runtime_of(ibv->context);
+  if (UDm* from = dm->imported_from; from != nullptr) {
+    // An imported handle: the device memory it names goes (ibv_import_dm(3)), then the handle.
+    {
+      std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
+      if (from->imports > 1) return EBUSY;  // other imported handles name it
+      from->imports = 0;
+    }
+    if (int e = free_dm(&from->ibv); e != 0) {
+      std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
+      from->imports = 1;
+      return e;
+    }
+    disown(ibv->context, &ContextState::dms, dm);
+    delete dm;
+    return 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
+    if (dm->imports != 0) return EBUSY;  // imported handles name it
+  }
   {
     EngineLock lock(rt);
     if (dm->mrs != 0 || dm->dead) return dm->dead ? EINVAL : EBUSY;  // MRs still name it
@@ -355,7 +457,12 @@ int required_access(unsigned int access) {
 ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* ibv, uint64_t offset, size_t length,
                      unsigned int access) {
   auto* dm = reinterpret_cast<UDm*>(ibv);
-  if (pd->context != ibv->context || offset > dm->length || length > dm->length - offset) {
+  if (pd->context != ibv->context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (dm->imported_from != nullptr) dm = dm->imported_from;  // it counts the MRs
+  if ( offset > dm->length || length > dm->length - offset) {
     errno = EINVAL;
     return nullptr;
   }
@@ -538,6 +645,13 @@ bool count_async_read(ibv_context* c, const ibv_async_event& ev, uint32_t id) {
 }
 
 void destroy_context_objects(ContextState* s) {
+  // Imported handles first: they keep what they name busy.
+  for (UMr* m : snapshot(s, &ContextState::mrs))
+    if (m->imported_from != nullptr) unimport_mr(&m->ibv);
+  for (UDm* d : snapshot(s, &ContextState::dms))
+    if (d->imported_from != nullptr) unimport_dm(&d->ibv);
+  for (UPd* p : snapshot(s, &ContextState::pds))
+    if (p->imported) unimport_pd(&p->ibv);
   // Dependents first: QPs hold CQs, SRQs and PDs; windows hold MRs; SRQs, AHs, windows and
   // MRs hold PDs.
   for (Qp* q : snapshot(s, &ContextState::qps)) destroy_qp(&q->ibv, false);
@@ -581,6 +695,96 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
 }
 
 int ibv_dealloc_pd(ibv_pd* pd) { return dealloc_pd(pd); }
+
+// ibv_import_pd(3), ibv_import_mr(3), ibv_import_dm(3): a handle of `context` (one made by
+// ibv_import_device, or any context of the same group) on an object of its group, found by
+// the handle number the original has. EINVAL when the group has no such object.
+ibv_pd* ibv_import_pd(ibv_context* context, uint32_t handle) {
+  ContextState* s = state_of(context);
+  auto* u = new (std::nothrow) UPd{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  {
+    EngineLock lock(runtime_of(context));
+    std::lock_guard<std::mutex> objs(s->obj_mu);
+    for (UPd* o : s->pds)
+      if (!o->imported && !o->parent_domain && o->ibv.handle == handle) u->pd = o->pd;
+    if (u->pd != nullptr) {
+      ++u->pd->users;
+      u->imported = true;
+      u->ibv.context = context;
+      u->ibv.handle = handle;
+      s->pds.insert(u);
+      return &u->ibv;
+    }
+  }
+  delete u;
+  errno = EINVAL;
+  return nullptr;
+}
+
+void ibv_unimport_pd(ibv_pd* pd) { unimport_pd(pd); }
+
+ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
+  ContextState* s = state_of(pd->context);
+  std::lock_guard<std::mutex> objs(s->obj_mu);
+  UMr* from = nullptr;
+  for (UMr* o : s->mrs)
+    if (o->imported_from == nullptr && o->ibv.handle == handle) from = o;
+  if (from == nullptr || pd_of(from->ibv.pd) != pd_of(pd)) {  // none, or on another PD
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* u = new (std::nothrow) UMr{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  u->mr = from->mr;
+  u->dm = from->dm;
+  u->imported_from = from;
+  ++from->imports;
+  u->ibv.context = pd->context;
+  u->ibv.pd = pd;
+  u->ibv.addr = nullptr;  // as rdma-core's: the importer knows where its memory is
+  u->ibv.length = from->ibv.length;
+  u->ibv.handle = handle;
+  u->ibv.lkey = from->ibv.lkey;
+  u->ibv.rkey = from->ibv.rkey;
+  s->mrs.insert(u);
+  return &u->ibv;
+}
+
+void ibv_unimport_mr(ibv_mr* mr) { unimport_mr(mr); }
+
+ibv_dm* ibv_import_dm(ibv_context* context, uint32_t handle) {
+  ContextState* s = state_of(context);
+  std::lock_guard<std::mutex> objs(s->obj_mu);
+  UDm* from = nullptr;
+  for (UDm* o : s->dms)
+    if (o->imported_from == nullptr && o->ibv.handle == handle) from = o;
+  if (from == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* u = new (std::nothrow) UDm{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  u->ibv = from->ibv;
+  u->ibv.context = context;
+  u->mem = from->mem;
+  u->length = from->length;
+  u->imported_from = from;
+  ++from->imports;
+  s->dms.insert(u);
+  return &u->ibv;
+}
+
+void ibv_unimport_dm(ibv_dm* dm) { unimport_dm(dm); }
 
 }  // extern "C"
 

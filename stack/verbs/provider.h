@@ -178,10 +178,18 @@ struct XrcdRec {
   int opens = 0;
 };
 
-/// Per open context: its async event pipe and the objects made through it.
+/// Per open context: its async event pipe and the objects made through it. A context made by
+/// ibv_import_device shares the state of the one whose command descriptor it was given (as
+/// the kernel's contexts on one verbs file share their objects): the objects live until the
+/// last context of the group closes, and so do the closed ones' ibv_context structures
+/// (objects made through them still name them).
 struct ContextState {
   Runtime* rt = nullptr;
   int async_pipe[2] = {-1, -1};
+  dev_t cmd_dev = 0;  // the command descriptor's file (a memfd of its own): what import finds
+  ino_t cmd_ino = 0;
+  int members = 1;  // open contexts of the group (under g_contexts_mu, device.cc)
+  std::vector<Context*> closed_members;
   std::mutex obj_mu;  // the sets below
   std::unordered_set<UPd*> pds;
   std::unordered_set<UMr*> mrs;

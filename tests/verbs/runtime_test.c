@@ -1335,6 +1335,92 @@ static int mode_regmr(void) {
   return 0;
 }
 
+/* ibv_import_device(3) and the object imports: a second context on a dup of the first's
+ * cmd_fd shares its objects. A QP made on the imported context with the imported PD, whose
+ * peer WRITEs into the imported MR's memory, is the pyverbs shared-PD test in C; then every
+ * way of letting go: unimport, destroy through the imported handle, the original closed
+ * first (the group's objects stay until its last context closes). */
+static int mode_import(void) {
+  struct ibv_context* c = open_named("uroce0");
+  CHECK(c, "open uroce0: errno %d", errno);
+  struct ibv_pd* pd = ibv_alloc_pd(c);
+  CHECK(pd, "ibv_alloc_pd");
+  uint8_t* mem = calloc(2, MSG);
+  struct ibv_mr* mr = ibv_reg_mr(pd, mem, 2 * MSG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(mr, "ibv_reg_mr");
+  struct ibv_alloc_dm_attr da = {.length = 4096};
+  struct ibv_dm* dm = ibv_alloc_dm(c, &da);
+  CHECK(dm, "ibv_alloc_dm: errno %d", errno);
+  /* Not a context's descriptor: EOPNOTSUPP (another process's would be the same). */
+  const int other = open("/dev/null", O_RDWR | O_CLOEXEC);
+  CHECK(ibv_import_device(other) == NULL && errno == EOPNOTSUPP, "import of /dev/null: errno %d", errno);
+  close(other);
+  const int fd = dup(c->cmd_fd);
+  struct ibv_context* ic = ibv_import_device(fd);
+  CHECK(ic, "ibv_import_device: errno %d", errno);
+  CHECK(ic != c && ic->cmd_fd == fd && ic->device == c->device, "the imported context");
+  CHECK(ibv_import_pd(ic, pd->handle + 1000) == NULL && errno == EINVAL, "a PD handle nobody has");
+  struct ibv_pd* ipd = ibv_import_pd(ic, pd->handle);
+  CHECK(ipd && ipd->context == ic && ipd->handle == pd->handle, "ibv_import_pd: errno %d", errno);
+  struct ibv_mr* imr = ibv_import_mr(ipd, mr->handle);
+  CHECK(imr && imr->lkey == mr->lkey && imr->rkey == mr->rkey && imr->length == mr->length &&
+        imr->addr == NULL && imr->pd == ipd, "ibv_import_mr: errno %d", errno);
+  struct ibv_dm* idm = ibv_import_dm(ic, dm->handle);
+  CHECK(idm && idm->context == ic, "ibv_import_dm: errno %d", errno);
+  /* The same device memory through both handles. */
+  uint32_t word = 0x5eed1234, back = 0;
+  CHECK(ibv_memcpy_to_dm(dm, 64, &word, 4) == 0 && ibv_memcpy_from_dm(&back, idm, 64, 4) == 0 &&
+        back == word, "device memory through the imported handle");
+  /* The original cannot go while an imported handle names it. */
+  CHECK(ibv_dealloc_pd(pd) == EBUSY && ibv_dereg_mr(mr) == EBUSY && ibv_free_dm(dm) == EBUSY,
+        "destroying what an imported handle names");
+  /* Traffic: a QP of the imported context on the imported PD, its peer on another context;
+   * the peer WRITEs into the imported MR (the original's memory). */
+  struct ep a, b;
+  memset(&a, 0, sizeof a);
+  a.ctx = ic;
+  a.pd = ipd;
+  a.mr = imr;
+  a.buf = mem;
+  CHECK(ibv_query_gid(ic, 1, 1, &a.gid) == 0, "ibv_query_gid");
+  a.cq = ibv_create_cq(ic, 64, NULL, NULL, 0);
+  struct ibv_qp_init_attr qa = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 16, .max_recv_wr = 16,
+                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  a.qp = ibv_create_qp(ipd, &qa);
+  CHECK(a.cq && a.qp, "a QP on the imported context and PD: errno %d", errno);
+  struct ibv_context* pc = open_named("uroce0");
+  CHECK(pc, "open uroce0 again");
+  ep_init(&b, pc, 0);
+  connect_pair(&a, &b);
+  exchange(&b, &a, 9);  /* b WRITEs and SENDs into mem + MSG through the imported keys */
+  exchange(&a, &b, 10); /* and the imported MR's lkey sends */
+  /* Let go: the imported context's QP and CQ, the imported handles (unimport, and destroy
+   * through the imported DM handle), then the original context closes first. */
+  CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_cq(a.cq) == 0, "destroy the imported side's QP");
+  ibv_unimport_mr(imr);
+  ibv_unimport_pd(ipd);
+  CHECK(ibv_free_dm(idm) == 0, "ibv_free_dm through the imported handle: the device memory goes");
+  CHECK(ibv_dealloc_pd(pd) == EBUSY, "the MR still holds the PD");
+  CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr once the imported handle is gone");
+  /* A PD imported again, the original context closed first: the imported handle still works. */
+  struct ibv_pd* ipd2 = ibv_import_pd(ic, pd->handle);
+  CHECK(ipd2, "ibv_import_pd again");
+  CHECK(ibv_close_device(c) == 0, "close the original context first");
+  struct ibv_mr* late = ibv_reg_mr(ipd2, mem, MSG, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(late, "ibv_reg_mr on the imported PD after the original context closed: errno %d", errno);
+  CHECK(ibv_dereg_mr(late) == 0, "dereg");
+  CHECK(ibv_dealloc_pd(ipd2) == 0, "ibv_dealloc_pd through the imported handle: the PD goes");
+  CHECK(ibv_close_device(ic) == 0, "close the imported context (its group's last)");
+  CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "the imported context closed its cmd_fd");
+  ep_free(&b);
+  CHECK(ibv_close_device(pc) == 0, "close the peer");
+  free(mem);
+  printf("ok: ibv_import_device on a dup of cmd_fd shares PD, MR and DM by handle; traffic through "
+         "the imported ones; unimport, destroy through an import, the original closed first\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char* m = argc > 1 ? argv[1] : "";
@@ -1351,6 +1437,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "exit")) return mode_exit();
   if (!strcmp(m, "cqevents")) return mode_cqevents();
   if (!strcmp(m, "regmr")) return mode_regmr();
+  if (!strcmp(m, "import")) return mode_import();
   if (!strcmp(m, "mcast") && argc > 2) return mode_mcast(argv[2]);
   if (!strcmp(m, "link") && argc > 3) return mode_link(argv[2], argv[3]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
@@ -1360,7 +1447,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "pacer") && argc > 2) return mode_pacer(argv[2]);
   if (!strcmp(m, "crowded") && argc > 2) return mode_crowded(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|forkbusy|exit|"
-          "cqevents|regmr|mcast IFACE|link IFACE UROCE|passive UROCE|batch UROCE|answer UROCE|reply UROCE|"
+          "cqevents|regmr|import|mcast IFACE|link IFACE UROCE|passive UROCE|batch UROCE|answer UROCE|reply UROCE|"
           "pacer UROCE|crowded UROCE\n",
           argv[0]);
   return 2;
