@@ -194,39 +194,53 @@ int destroy_ah(ibv_ah* ah) {
   return 0;
 }
 
-void unimport_mr(ibv_mr* mr) {
-  auto* u = reinterpret_cast<UMr*>(mr);
+/// An imported MR's or DM's handle (U: UMr, UDm) let go of: the object stays.
+template <typename U>
+void unimport(ibv_context* c, std::unordered_set<U*> ContextState::*set, U* u) {
   if (u->imported_from == nullptr) return;  // not an imported one: left alone
   {
-    std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
+    std::lock_guard<std::mutex> lock(state_of(c)->obj_mu);
     --u->imported_from->imports;
-    state_of(mr->context)->mrs.erase(u);
+    (state_of(c)->*set).erase(u);
   }
   delete u;
 }
 
-int dereg_mr(ibv_mr* mr) {
-  Runtime* rt = runtime_of(mr->context);
-  if (UMr* from = reinterpret_cast<UMr*>(mr)->imported_from; from != nullptr) {
-    // An imported handle: the registration it names goes (ibv_import_mr(3)), then the handle.
-    {
-      std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
-      if (from->imports > 1) return EBUSY;  // other imported handles name it
-      from->imports = 0;
-    }
-    if (int e = dereg_mr(&from->ibv); e != 0) {
-      std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
-      from->imports = 1;
-      return e;
-    }
-    disown(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr));
-    delete reinterpret_cast<UMr*>(mr);
-    return 0;
+/// Destroying an MR or a DM through `u`: an imported handle destroys what it names with
+/// `destroy` (ibv_import_mr(3)), then goes; an original with imported handles is EBUSY.
+/// Returns -1 when `u` is an original free to go (the caller destroys it), else the result.
+template <typename U>
+int destroy_imported(ibv_context* c, std::unordered_set<U*> ContextState::*set, U* u,
+                     int (*destroy)(U*)) {
+  std::mutex& mu = state_of(c)->obj_mu;
+  U* from = u->imported_from;
+  if (from == nullptr) {
+    std::lock_guard<std::mutex> lock(mu);
+    return u->imports != 0 ? EBUSY : -1;  // imported handles name it
   }
   {
-    std::lock_guard<std::mutex> lock(state_of(mr->context)->obj_mu);
-    if (reinterpret_cast<UMr*>(mr)->imports != 0) return EBUSY;  // imported handles name it
+    std::lock_guard<std::mutex> lock(mu);
+    if (from->imports > 1) return EBUSY;  // other imported handles name it
+    from->imports = 0;
   }
+  if (int e = destroy(from); e != 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    from->imports = 1;
+    return e;
+  }
+  disown(c, set, u);
+  delete u;
+  return 0;
+}
+
+void unimport_mr(ibv_mr* mr) { unimport(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr)); }
+
+int dereg_mr(ibv_mr* mr) {
+  Runtime* rt = runtime_of(mr->context);
+  if (int e = destroy_imported(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr),
+                               +[](UMr* o) { return dereg_mr(&o->ibv); });
+      e >= 0)
+    return e;
   {
     EngineLock lock(rt);
     if (int e = rt->engine->dereg_mr(reinterpret_cast<UMr*>(mr)->mr); e != 0) return e;
@@ -373,40 +387,15 @@ ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   return &dm->ibv;
 }
 
-void unimport_dm(ibv_dm* ibv) {
-  auto* dm = reinterpret_cast<UDm*>(ibv);
-  if (dm->imported_from == nullptr) return;  // not an imported one: left alone
-  {
-    std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
-    --dm->imported_from->imports;
-    state_of(ibv->context)->dms.erase(dm);
-  }
-  delete dm;
-}
+void unimport_dm(ibv_dm* ibv) { unimport(ibv->context, &ContextState::dms, reinterpret_cast<UDm*>(ibv)); }
 
 int free_dm(ibv_dm* ibv) {
   auto* dm = reinterpret_cast<UDm*>(ibv);
   Runtime* rt = runtime_of(ibv->context);
-  if (UDm* from = dm->imported_from; from != nullptr) {
-    // An imported handle: the device memory it names goes (ibv_import_dm(3)), then the handle.
-    {
-      std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
-      if (from->imports > 1) return EBUSY;  // other imported handles name it
-      from->imports = 0;
-    }
-    if (int e = free_dm(&from->ibv); e != 0) {
-      std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
-      from->imports = 1;
-      return e;
-    }
-    disown(ibv->context, &ContextState::dms, dm);
-    delete dm;
-    return 0;
-  }
-  {
-    std::lock_guard<std::mutex> lock(state_of(ibv->context)->obj_mu);
-    if (dm->imports != 0) return EBUSY;  // imported handles name it
-  }
+  if (int e = destroy_imported(ibv->context, &ContextState::dms, dm,
+                               +[](UDm* o) { return free_dm(&o->ibv); });
+      e >= 0)
+    return e;
   {
     EngineLock lock(rt);
     if (dm->mrs != 0 || dm->dead) return dm->dead ? EINVAL : EBUSY;  // MRs still name it
