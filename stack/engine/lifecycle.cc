@@ -142,7 +142,7 @@ Cq* Engine::create_cq(int cqe) {
   }
   auto cq = std::make_unique<Cq>();
   cq->handle = next_handle_++;
-  cq->ring = Ring<ibv_wc>(static_cast<size_t>(cqe));
+  cq->ring = Ring<Cq::Entry>(static_cast<size_t>(cqe));
   cq->ibv.cqe = cqe;  // the CQ's actual size, as ibv_create_cq(3) reports it
   cqs_.push_back(std::move(cq));
   return cqs_.back().get();

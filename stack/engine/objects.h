@@ -50,8 +50,14 @@ struct Cq {
   };
   uint32_t handle = 0;
   // Completions: the engine produces (under the engine lock), pollers consume under `mu`
-  // (see util/ring.h), so ibv_poll_cq never waits for the engine.
-  Ring<ibv_wc> ring;
+  // (see util/ring.h), so ibv_poll_cq never waits for the engine. Each with the engine's
+  // time when it was made (the completion timestamp, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP).
+  struct Entry {
+    ibv_wc wc;
+    uint64_t ts_ns;
+  };
+  Ring<Entry> ring;
+  uint64_t polled_ts_ns = 0;  // the last polled completion's time (under `mu`)
   std::mutex mu;            // serialises the consumers (threads polling this CQ)
   bool overflowed = false;  // a completion was lost: the CQ is in error (IBA 11.4.2.1)
   uint32_t users = 0;       // QPs attached

@@ -224,9 +224,9 @@ void Engine::clean_cq(Cq* cq, uint32_t qpn) {
   std::lock_guard<std::mutex> consumers(cq->mu);  // with the engine's: both sides of the ring
   const size_t n = cq->ring.size();
   for (size_t i = 0; i < n; ++i) {  // rotate through once, keeping other QPs' completions
-    const ibv_wc wc = cq->ring.front();
+    const Cq::Entry e = cq->ring.front();
     cq->ring.pop();
-    if (wc.qp_num != qpn) cq->ring.push(wc);
+    if (e.wc.qp_num != qpn) cq->ring.push(e);
   }
 }
 

@@ -85,7 +85,18 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
     a.xrc_odp_caps = kAll;
   }
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+  // Completion timestamps count nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock of 64 bits.
+  a.completion_timestamp_mask = ~uint64_t{0};
+  a.hca_core_clock = 1'000'000;  // kHz
   std::memcpy(attr, &a, std::min(len, sizeof a));
+  return 0;
+}
+
+// ibv_query_rt_values_ex(3): the device's clock now (the one completion timestamps count).
+int op_query_rt_values(ibv_context*, ibv_values_ex* values) {
+  if (values == nullptr || (values->comp_mask & ~uint32_t{IBV_VALUES_MASK_RAW_CLOCK}) != 0)
+    return EINVAL;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) clock_gettime(CLOCK_MONOTONIC, &values->raw_clock);
   return 0;
 }
 
@@ -101,6 +112,7 @@ void install_ops(Context* ctx) {
   o.dealloc_mw = dealloc_mw;
   ctx->vctx.query_port = op_query_port;
   ctx->vctx.query_device_ex = op_query_device_ex;
+  ctx->vctx.query_rt_values = op_query_rt_values;
   ctx->vctx.alloc_parent_domain = alloc_parent_domain;
   install_memory_ops(ctx);
   install_ext_ops(ctx);

@@ -4,7 +4,10 @@
 // A cq_ex polls one ibv_wc at a time through the context's poll_cq op and the read_* functions
 // return its fields; a qp_ex's ibv_wr_* calls write WQEs straight into the send queue (see
 // the builder below), so nothing is allocated or copied twice per work request. Unsupported
-// requests (TSO, completion timestamps) fail with EOPNOTSUPP, as rdma-core documents.
+// requests (TSO, other wc_flags) fail with EOPNOTSUPP, as rdma-core documents.
+#include <time.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -55,8 +58,24 @@ unsigned int cq_read_wc_flags(ibv_cq_ex* c) { return cq_of(c)->ex_wc.wc_flags; }
 uint32_t cq_read_slid(ibv_cq_ex* c) { return cq_of(c)->ex_wc.slid; }
 uint8_t cq_read_sl(ibv_cq_ex* c) { return cq_of(c)->ex_wc.sl; }
 uint8_t cq_read_dlid_path_bits(ibv_cq_ex* c) { return cq_of(c)->ex_wc.dlid_path_bits; }
+// Completion timestamps: the engine's clock (CLOCK_MONOTONIC, in ns: hca_core_clock 1 GHz) when
+// it made the completion; as wall-clock time, that instant on CLOCK_REALTIME.
+uint64_t cq_read_completion_ts(ibv_cq_ex* c) { return cq_of(c)->polled_ts_ns; }
+uint64_t cq_read_completion_wallclock_ns(ibv_cq_ex* c) {
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  const auto ns = [](const timespec& t) {
+    return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
+  };
+  const uint64_t ago = ns(mono) - std::min(ns(mono), cq_of(c)->polled_ts_ns);
+  return ns(real) - ago;
+}
 
-constexpr uint64_t kCqWcFlags = IBV_WC_STANDARD_FLAGS;
+constexpr uint64_t kStandardWcFlags = IBV_WC_STANDARD_FLAGS;
+constexpr uint64_t kStampWcFlags = uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
+                                   uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+constexpr uint64_t kCqWcFlags = kStandardWcFlags | kStampWcFlags;
 
 ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD}) {
@@ -101,6 +120,8 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   x.read_slid = cq_read_slid;
   x.read_sl = cq_read_sl;
   x.read_dlid_path_bits = cq_read_dlid_path_bits;
+  x.read_completion_ts = cq_read_completion_ts;
+  x.read_completion_wallclock_ns = cq_read_completion_wallclock_ns;
   return &x;
 }
 

@@ -1421,6 +1421,82 @@ static int mode_import(void) {
   return 0;
 }
 
+static uint64_t clock_ns(clockid_t id) {
+  struct timespec t;
+  clock_gettime(id, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Completion timestamps: an extended CQ with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)
+ * gives each completion the device clock's time when it was made; that clock is
+ * ibv_query_rt_values_ex's raw clock (1 GHz, hca_core_clock), so a WRITE's completion lies
+ * between the clock read before the post and after the poll, and so does its wall-clock time
+ * between CLOCK_REALTIME's. */
+static int mode_stamps(void) {
+  struct ep a, b;
+  struct ibv_context* c = open_pair(&a, &b, 0);
+  struct ibv_device_attr_ex dx;
+  CHECK(ibv_query_device_ex(c, NULL, &dx) == 0, "ibv_query_device_ex");
+  CHECK(dx.hca_core_clock == 1000000 && dx.completion_timestamp_mask == UINT64_MAX,
+        "hca_core_clock %llu kHz, mask %llx", (unsigned long long)dx.hca_core_clock,
+        (unsigned long long)dx.completion_timestamp_mask);
+  struct ibv_cq_init_attr_ex ca = {.cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS |
+                                   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
+  struct ibv_cq_ex* cq = ibv_create_cq_ex(c, &ca);
+  CHECK(cq, "ibv_create_cq_ex with completion timestamps: errno %d", errno);
+  struct ibv_qp_init_attr qa = {.send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq),
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = 16, .max_recv_wr = 16,
+                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp* qp = ibv_create_qp(a.pd, &qa);
+  CHECK(qp, "ibv_create_qp");
+  struct ibv_qp* old = a.qp;
+  a.qp = qp;
+  const int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  CHECK(loopback_connect(qp, b.qp->qp_num, b.gid, acc, 1) == 0, "connect");
+  CHECK(ibv_modify_qp(b.qp, &(struct ibv_qp_attr){.qp_state = IBV_QPS_RESET}, IBV_QP_STATE) == 0,
+        "reset b");
+  CHECK(loopback_connect(b.qp, qp->qp_num, a.gid, acc, 1) == 0, "connect b");
+  for (int round = 0; round < 3; ++round) {
+    struct ibv_values_ex before = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK}, after = before;
+    CHECK(ibv_query_rt_values_ex(c, &before) == 0, "ibv_query_rt_values_ex");
+    const uint64_t wall0 = clock_ns(CLOCK_REALTIME);
+    struct ibv_sge sg = {(uintptr_t)a.buf, 64, a.mr->lkey};
+    struct ibv_send_wr w = {.wr_id = 40 + round, .sg_list = &sg, .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    w.wr.rdma.remote_addr = (uintptr_t)(b.buf + MSG);
+    w.wr.rdma.rkey = b.mr->rkey;
+    CHECK(ibv_post_send(qp, &w, &bad) == 0, "post");
+    struct ibv_poll_cq_attr pa = {0};
+    int rc = ENOENT;
+    for (long i = 0; i < 200000000L && rc == ENOENT; ++i) rc = ibv_start_poll(cq, &pa);
+    CHECK(rc == 0 && cq->status == IBV_WC_SUCCESS && cq->wr_id == (uint64_t)(40 + round), "completion");
+    const uint64_t ts = ibv_wc_read_completion_ts(cq);
+    const uint64_t wall = ibv_wc_read_completion_wallclock_ns(cq);
+    ibv_end_poll(cq);
+    CHECK(ibv_query_rt_values_ex(c, &after) == 0, "ibv_query_rt_values_ex");
+    const uint64_t wall1 = clock_ns(CLOCK_REALTIME);
+    const uint64_t t0 = (uint64_t)before.raw_clock.tv_sec * 1000000000u + (uint64_t)before.raw_clock.tv_nsec;
+    const uint64_t t1 = (uint64_t)after.raw_clock.tv_sec * 1000000000u + (uint64_t)after.raw_clock.tv_nsec;
+    CHECK(t0 <= ts && ts <= t1, "round %d: completion at %llu, not within [%llu, %llu]", round,
+          (unsigned long long)ts, (unsigned long long)t0, (unsigned long long)t1);
+    /* (CLOCK_REALTIME may be stepped meanwhile; a test machine's is not.) */
+    CHECK(wall0 <= wall && wall <= wall1, "round %d: wall clock %llu not within [%llu, %llu]", round,
+          (unsigned long long)wall, (unsigned long long)wall0, (unsigned long long)wall1);
+  }
+  struct ibv_values_ex bad_mask = {.comp_mask = 1u << 5};
+  CHECK(ibv_query_rt_values_ex(c, &bad_mask) == EINVAL, "an unknown comp_mask bit: EINVAL");
+  CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0, "destroy");
+  a.qp = old;
+  ep_free(&a);
+  ep_free(&b);
+  CHECK(ibv_close_device(c) == 0, "close");
+  printf("ok: completion timestamps (device clock and wall clock) lie between the clock read "
+         "before the post and after the poll; hca_core_clock 1 GHz; ibv_query_rt_values_ex\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char* m = argc > 1 ? argv[1] : "";
@@ -1438,6 +1514,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "cqevents")) return mode_cqevents();
   if (!strcmp(m, "regmr")) return mode_regmr();
   if (!strcmp(m, "import")) return mode_import();
+  if (!strcmp(m, "stamps")) return mode_stamps();
   if (!strcmp(m, "mcast") && argc > 2) return mode_mcast(argv[2]);
   if (!strcmp(m, "link") && argc > 3) return mode_link(argv[2], argv[3]);
   if (!strcmp(m, "passive") && argc > 2) return mode_passive(argv[2]);
@@ -1447,7 +1524,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "pacer") && argc > 2) return mode_pacer(argv[2]);
   if (!strcmp(m, "crowded") && argc > 2) return mode_crowded(argv[2]);
   fprintf(stderr, "usage: %s contexts|devices|failed|exec|affinity|loop N|stress|fork|forkbusy|exit|"
-          "cqevents|regmr|import|mcast IFACE|link IFACE UROCE|passive UROCE|batch UROCE|answer UROCE|reply UROCE|"
+          "cqevents|regmr|import|stamps|mcast IFACE|link IFACE UROCE|passive UROCE|batch UROCE|answer UROCE|reply UROCE|"
           "pacer UROCE|crowded UROCE\n",
           argv[0]);
   return 2;
