@@ -197,6 +197,14 @@ bool udp_by_address(const DeviceConfig& d) {
   return d.port == DeviceConfig::PortKind::kUdp && (d.ipv4 || d.ipv6);
 }
 
+/// port = udp with neither an interface nor an address: loopback, where each process takes a
+/// free 127.0.0.x of its own (as with nothing configured at all; fill_addresses).
+void udp_on_loopback_unless_told(DeviceConfig* d) {
+  if (d->port == DeviceConfig::PortKind::kUdp && d->iface.empty() && d->devargs.empty() &&
+      d->shm.empty() && !d->ipv4 && !d->ipv6)
+    d->iface = "lo";
+}
+
 /// What port = udp cannot be combined with ("" if nothing).
 std::string check_udp(const DeviceConfig& d) {
   if (d.port != DeviceConfig::PortKind::kUdp) return "";
@@ -393,7 +401,8 @@ bool parse(const std::string& text, const std::string& source, Config* out, std:
       return false;
     }
   }
-  for (const auto& d : out->devices) {
+  for (auto& d : out->devices) {
+    udp_on_loopback_unless_told(&d);
     if (d.iface.empty() && d.devargs.empty() && d.shm.empty() && !udp_by_address(d)) {
       *error = source + ": device [" + d.name +
                "] needs iface = <interface>, devargs = <dpdk devargs> or shm = <socket path>";
@@ -427,6 +436,7 @@ bool apply_env(const Env& env, Config* cfg, std::string* error) {
       return false;
     }
   }
+  if (!cfg->devices.empty()) udp_on_loopback_unless_told(&cfg->devices.front());
   if (!cfg->devices.empty() && cfg->devices.front().iface.empty() &&
       cfg->devices.front().devargs.empty() && cfg->devices.front().shm.empty() &&
       !udp_by_address(cfg->devices.front())) {
@@ -543,7 +553,8 @@ constexpr Setting kDeviceSettings[] = {
      "How iface is opened: uroce's packet socket (af_packet, needs CAP_NET_RAW), its AF_XDP port "
      "and XDP program (af_xdp: only RoCE leaves the kernel; one process per interface), DPDK's "
      "net_af_packet (dpdk) or UDP sockets on ipv4/ipv6:4791 (udp: no privileges, any "
-     "interface, loopback too; docs/udp.md).",
+     "interface, loopback too: with neither iface nor an address, each process takes a free "
+     "127.0.0.x of its own; docs/udp.md).",
      "udp"},
     {"gso", "UROCE_GSO", "--gso", "yes or no", "yes",
      "af_packet: send runs of packets as UDP GSO super-frames; no writes one packet at a time.",

@@ -80,7 +80,6 @@ TEST(Config, EachMistakeIsOneLineNamingTheSettingAndTheFix) {
       {"[uroce0]\niface=v0\nexclusive=1\n", "t.conf:3: exclusive '1' must be yes or no"},
       {"[uroce0]\niface=v0\nport=xdp\n", "t.conf:3: port 'xdp' must be af_packet"},
       {"[uroce0]\ndevargs=net_tap0\nport=af_xdp\n", "t.conf: device [uroce0] has port = af_xdp, which takes iface"},
-      {"[uroce0]\nport=udp\n", "t.conf: device [uroce0] needs iface = <interface>"},
       {"[uroce0]\nipv4=127.0.0.2\nport=udp\nvlan=5\n", "t.conf: device [uroce0] has port = udp with vlan"},
       {"[uroce0]\nshm=/run/x\nport=udp\n", "t.conf: device [uroce0] has port = udp, which takes iface or ipv4"},
       {"[uroce0]\niface=v0\nprogress=spin\n", "t.conf:3: progress 'spin' must be park"},
@@ -214,7 +213,15 @@ TEST(Config, EnvironmentOverridesTheFirstDeviceOrCreatesOne) {
   EXPECT_EQ(h.devices[0].port, DeviceConfig::PortKind::kUdp);
   EXPECT_TRUE(h.devices[0].iface.empty());
   Config i;
-  EXPECT_FALSE(apply_env(env_of({{"UROCE_PORT", "udp"}}), &i, &err));
+  // port = udp alone: loopback, each process a 127.0.0.x of its own (fill_addresses), from
+  // the environment and from a file.
+  ASSERT_TRUE(apply_env(env_of({{"UROCE_PORT", "udp"}}), &i, &err)) << err;
+  EXPECT_EQ(i.devices[0].iface, "lo");
+  Config j;
+  ASSERT_TRUE(parse("[uroce0]\nport = udp\n", "t.conf", &j, &err)) << err;
+  EXPECT_EQ(j.devices[0].iface, "lo");
+  Config k;
+  EXPECT_FALSE(apply_env(env_of({{"UROCE_MTU", "1024"}}), &k, &err));
   EXPECT_NE(err.find("UROCE_PORT=udp with UROCE_IPV4"), std::string::npos) << err;
 }
 
