@@ -3,7 +3,8 @@
 // front of them), DSCP and ECN kept; runs leave as one UDP GSO send and arrive as one GRO
 // datagram cut back into the packets; ARP and neighbour solicitations are answered by the
 // port, which wakes its wait descriptor for them; the errors a user can make name the fix.
-// The addresses are 127.77.0.x (IPv4) and ::1 on test ports (IPv6), nobody else's.
+// The addresses are 127.77.N.x (IPv4, N of the process) and ::1 on test ports (IPv6),
+// nobody else's.
 #include "udp/udp_port.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +29,13 @@ namespace {
 
 constexpr int kWaitMs = 10000;  // a bound on a wait that ends as soon as data is there
 
-wire::Ipv4Addr v4(uint8_t last) { return {127, 77, 0, last}; }
+// 127.77.N.x, N of this process: a suite running beside another (a second build's) must not
+// share its addresses, whose SO_REUSEPORT groups would then mix the two runs' packets.
+uint8_t third_octet() {
+  static const uint8_t n = static_cast<uint8_t>(getpid() % 250);
+  return n;
+}
+wire::Ipv4Addr v4(uint8_t last) { return {127, 77, third_octet(), last}; }
 const wire::Ipv6Addr kLoop6 = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
 std::unique_ptr<UdpPort> open4(uint8_t last, bool gso = true) {
@@ -121,7 +128,7 @@ TEST(UdpPort, OpeningErrorsNameTheFix) {
   UdpConfig again;
   again.ipv4 = v4(10);
   EXPECT_EQ(UdpPort::open(again, &err), nullptr);
-  EXPECT_NE(err.find("127.77.0.10:4791 is taken by a program that does not share it"),
+  EXPECT_NE(err.find(wire::to_string(v4(10)) + ":4791 is taken by a program that does not share it"),
             std::string::npos)
       << err;
   close(other);
@@ -609,7 +616,7 @@ TEST(UdpPort, APacketForABlockNoProcessHasIsDropped) {
 
 TEST(UdpPort, MadeUpEthernetAddressesAreUnicastLocallyAdministeredAndDistinct) {
   const wire::MacAddr m4 = UdpPort::mac_for(wire::ipv4_mapped_gid(v4(1)));
-  EXPECT_EQ(m4, (wire::MacAddr{0x02, 0x00, 127, 77, 0, 1}));
+  EXPECT_EQ(m4, (wire::MacAddr{0x02, 0x00, 127, 77, third_octet(), 1}));
   const wire::MacAddr m6 = UdpPort::mac_for(kLoop6);
   EXPECT_EQ(m6[0] & 0x03, 0x02) << "locally administered, unicast";
   wire::Ipv6Addr other = kLoop6;
