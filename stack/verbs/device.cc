@@ -126,7 +126,6 @@ ibv_context* make_context(Device* d, ContextState* shared, int cmd_fd) {
   install_ops(ctx);
   ctx->state = state;
   std::lock_guard<std::mutex> lock(g_contexts_mu);
-  if (shared != nullptr) ++shared->members;
   g_contexts->push_back(ctx);
   return &c;
 }
@@ -183,19 +182,32 @@ ibv_context* ibv_open_device(ibv_device* device) {
 ibv_context* ibv_import_device(int cmd_fd) {
   struct stat st{};
   if (fstat(cmd_fd, &st) != 0) return nullptr;  // EBADF
-  Context* from = nullptr;
+  ContextState* group = nullptr;
+  Device* d = nullptr;
   {
+    // Found and joined at once: a close of the group's last other context cannot come between.
     std::lock_guard<std::mutex> lock(g_contexts_mu);
     for (Context* c : *g_contexts)
       if (c->state->cmd_dev == st.st_dev && c->state->cmd_ino == st.st_ino &&
-          c->state->rt->pid == getpid())
-        from = c;
+          c->state->rt->pid == getpid()) {
+        group = c->state;
+        d = to_device(c->vctx.context.device);
+      }
+    if (group != nullptr) ++group->members;
   }
-  if (from == nullptr) {
+  if (group == nullptr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  return make_context(to_device(from->vctx.context.device), from->state, cmd_fd);
+  ibv_context* c = make_context(d, group, cmd_fd);
+  if (c == nullptr) {
+    // Out of memory or descriptors. Had every other context of the group been closed
+    // meanwhile (each saw this one counted), nobody is left to destroy the group's objects:
+    // they stay until exit, as an open context's do.
+    std::lock_guard<std::mutex> lock(g_contexts_mu);
+    --group->members;
+  }
+  return c;
 }
 
 int ibv_close_device(ibv_context* context) {
