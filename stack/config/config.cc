@@ -538,7 +538,8 @@ namespace {
 constexpr Setting kDeviceSettings[] = {
     {"iface", "UROCE_IFACE", "--iface", "a Linux interface name", "none",
      "The device's Ethernet interface, opened with uroce's own packet socket (port). One of "
-     "iface, devargs or shm is needed, unless port = udp has an address.",
+     "iface, devargs or shm is needed, but with port = udp (an address will do, or nothing: "
+     "loopback).",
      "veth0"},
     {"devargs", "UROCE_DEVARGS", "--devargs", "DPDK devargs", "none",
      "A DPDK device instead of iface: a virtual one (net_tap0,iface=tap0; "
