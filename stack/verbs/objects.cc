@@ -233,6 +233,14 @@ int destroy_imported(ibv_context* c, std::unordered_set<U*> ContextState::*set, 
   return 0;
 }
 
+/// The group's MR or DM (not an imported handle) that `handle` names; null if none (obj_mu held).
+template <typename U>
+U* original_by_handle(const std::unordered_set<U*>& set, uint32_t handle) {
+  for (U* o : set)
+    if (o->imported_from == nullptr && o->ibv.handle == handle) return o;
+  return nullptr;
+}
+
 void unimport_mr(ibv_mr* mr) { unimport(mr->context, &ContextState::mrs, reinterpret_cast<UMr*>(mr)); }
 
 int dereg_mr(ibv_mr* mr) {
@@ -719,9 +727,7 @@ void ibv_unimport_pd(ibv_pd* pd) { unimport_pd(pd); }
 ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
   ContextState* s = state_of(pd->context);
   std::lock_guard<std::mutex> objs(s->obj_mu);
-  UMr* from = nullptr;
-  for (UMr* o : s->mrs)
-    if (o->imported_from == nullptr && o->ibv.handle == handle) from = o;
+  UMr* from = original_by_handle(s->mrs, handle);
   if (from == nullptr || pd_of(from->ibv.pd) != pd_of(pd)) {  // none, or on another PD
     errno = EINVAL;
     return nullptr;
@@ -751,9 +757,7 @@ void ibv_unimport_mr(ibv_mr* mr) { unimport_mr(mr); }
 ibv_dm* ibv_import_dm(ibv_context* context, uint32_t handle) {
   ContextState* s = state_of(context);
   std::lock_guard<std::mutex> objs(s->obj_mu);
-  UDm* from = nullptr;
-  for (UDm* o : s->dms)
-    if (o->imported_from == nullptr && o->ibv.handle == handle) from = o;
+  UDm* from = original_by_handle(s->dms, handle);
   if (from == nullptr) {
     errno = EINVAL;
     return nullptr;

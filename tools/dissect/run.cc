@@ -1,10 +1,8 @@
 #include "dissect/run.h"
 
-#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <ostream>
 
 #include "dissect/printer.h"
