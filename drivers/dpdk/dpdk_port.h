@@ -54,6 +54,8 @@ class DpdkPort final : public Port {
   /// net_af_packet: its receive ring's packet socket (readable while the ring holds frames
   /// the PMD has not taken); net_tap: its tap descriptor. -1 for other PMDs.
   int wait_fd() const override { return wait_fd_; }
+  bool raw_frames() const override { return true; }
+  bool receive_all(bool) override { return true; }  // the PMD hands us every frame it gets
 
   uint16_t port_id() const { return port_id_; }
   /// One line for `uroce devinfo`: the PMD, the device, its queues, memory and how it waits.

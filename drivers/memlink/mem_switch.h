@@ -60,6 +60,8 @@ class MemSwitch {
     void free_frame(Frame* f) override { sw_->pool_.free(f); }
     uint32_t max_frame_len() const override { return sw_->cfg_.max_frame_len; }
     std::array<uint8_t, 6> mac() const override { return mac_; }
+    bool raw_frames() const override { return true; }
+    bool receive_all(bool) override { return true; }  // every frame arrives as it is
 
     const EgressStats& egress() const { return stats_; }
     /// Bytes waiting in this port's egress queue at `now_ns`.

@@ -31,6 +31,8 @@ class MemLink {
     void free_frame(Frame* f) override { link_->pool_.free(f); }
     uint32_t max_frame_len() const override { return link_->cfg_.max_frame_len; }
     std::array<uint8_t, 6> mac() const override { return mac_; }
+    bool raw_frames() const override { return true; }
+    bool receive_all(bool) override { return true; }  // every frame arrives as it is
 
     uint64_t rx_dropped() const { return rx_dropped_; }
     uint64_t tx_frames() const { return tx_frames_; }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
@@ -88,6 +89,18 @@ constexpr sock_filter kFilter[] = {
     BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu),                // 18: the whole frame
     BPF_STMT(BPF_RET | BPF_K, 0),                          // 19: not ours
 };
+
+/// The filter while raw-packet QPs have flows: every frame the interface receives; of those
+/// this host sends (the kernel shows a packet socket those too), RoCE's only, as always
+/// (another process's uroce on this interface talks to ours that way).
+constexpr auto kAllFilter = [] {
+  std::array<sock_filter, 3 + std::size(kFilter)> f{};
+  f[0] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE));
+  f[1] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 1, 0);
+  f[2] = BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu);  // received: the whole frame
+  for (size_t i = 0; i < std::size(kFilter); ++i) f[3 + i] = kFilter[i];  // sent: RoCE's
+  return f;
+}();
 
 
 /// Parses Ethernet (with any 802.1Q / 802.1ad tags), IPv4 without fragments or IPv6 without
@@ -269,6 +282,16 @@ std::unique_ptr<PacketPort> PacketPort::open(const PacketConfig& cfg, std::strin
       std::to_string(p->ring_slot_) + " B read in place, " + std::to_string(cfg.frames) +
       " frames of " + std::to_string(p->max_frame_) + " B; sleeps on the socket when idle";
   return p;
+}
+
+bool PacketPort::receive_all(bool on) {
+  sock_fprog prog{};
+  if (on) {
+    prog = {static_cast<unsigned short>(kAllFilter.size()), const_cast<sock_filter*>(kAllFilter.data())};
+  } else {
+    prog = {static_cast<unsigned short>(std::size(kFilter)), const_cast<sock_filter*>(kFilter)};
+  }
+  return setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
 }
 
 PacketPort::~PacketPort() {

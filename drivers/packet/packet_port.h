@@ -65,6 +65,10 @@ class PacketPort final : public Port {
   uint32_t max_frame_len() const override { return max_frame_; }
   std::array<uint8_t, 6> mac() const override { return mac_; }
   int wait_fd() const override { return fd_; }
+  bool raw_frames() const override { return true; }
+  /// Swaps the socket's filter: RoCE's frames only, or every frame the interface receives
+  /// (not what this host sends).
+  bool receive_all(bool on) override;
 
   /// One line for `uroce devinfo`.
   const std::string& describe() const { return description_; }

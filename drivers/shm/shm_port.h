@@ -45,6 +45,8 @@ class ShmPort final : public Port {
   void free_frame(Frame* f) override;
   uint32_t max_frame_len() const override { return max_frame_; }
   std::array<uint8_t, 6> mac() const override { return mac_; }
+  bool raw_frames() const override { return true; }
+  bool receive_all(bool) override { return true; }  // the peer's frames, all of them
 
   bool paired() const { return ctl_fd_ >= 0; }
   /// The shared region as this process maps it (where every frame's bytes are).

@@ -59,6 +59,9 @@ class XdpPort final : public Port {
   std::array<uint8_t, 6> mac() const override { return mac_; }
   /// Queue 0's socket, or with several queues an epoll descriptor over all of them.
   int wait_fd() const override { return fd_; }
+  /// Any frame can be sent; only RoCE's reach the sockets (the steering program passes the
+  /// rest to the kernel), so flows cannot be had here (yet).
+  bool raw_frames() const override { return true; }
 
   /// One line for `uroce devinfo`.
   const std::string& describe() const { return description_; }

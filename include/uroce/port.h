@@ -49,6 +49,16 @@ class Port {
   /// holds for others (a port whose address other processes share: what the kernel queued
   /// here for them) and stop taking their traffic. The port stays usable for sending.
   virtual void leave() {}
+  /// Whether the port carries whole Ethernet frames of any kind, so that raw-packet QPs can
+  /// send through it (the UDP port carries RoCE's UDP payloads only).
+  virtual bool raw_frames() const { return false; }
+  /// While `on`, every frame the interface receives is wanted, not only RoCE's (raw-packet
+  /// QPs have flow rules): a port that filters what it takes in lets everything through.
+  /// False: this port cannot (nothing changed).
+  virtual bool receive_all(bool on) {
+    (void)on;
+    return false;
+  }
 };
 
 /// A decorator's base: forwards everything to the wrapped port.
@@ -67,6 +77,8 @@ class PortDecorator : public Port {
   std::array<uint8_t, 6> mac() const override { return inner_.mac(); }
   int wait_fd() const override { return inner_.wait_fd(); }
   void leave() override { inner_.leave(); }
+  bool raw_frames() const override { return inner_.raw_frames(); }
+  bool receive_all(bool on) override { return inner_.receive_all(on); }
 
  protected:
   Port& inner_;

@@ -33,6 +33,9 @@ namespace uroce {
   X(rx_drop_bad_src, "RC/UC packet from an address other than the QP's peer")           \
   X(rx_drop_ud_no_recv, "UD datagram dropped: no receive WQE posted")                   \
   X(rx_mcast, "multicast datagrams handed to an attached QP (one per QP)")              \
+  X(rx_raw, "frames steered to a raw-packet QP by its flows (one per QP)")              \
+  X(rx_drop_raw_no_recv, "frames for a raw-packet QP dropped: no receive WQE posted")   \
+  X(rx_drop_raw_flow, "frames a flow rule with the drop action matched")                \
   X(rx_drop_uc_msg, "UC packets dropped (PSN gap, no receive WQE or bad access)")       \
   X(rx_drop_uc_stale, "UC packets older than the expected PSN (a copy, or overtaken): dropped") \
   X(rx_drop_unexpected_resp, "response or ACK that matches no outstanding request")     \
@@ -45,6 +48,7 @@ namespace uroce {
   X(cnp_held, "CE marks not answered: a CNP went to that QP within min_time_between_cnps") \
   X(tx_frames, "frames transmitted")                                                    \
   X(tx_loopback, "frames delivered to this device itself (loopback)")                   \
+  X(tx_raw, "frames sent by raw-packet QPs")                                            \
   X(tx_gsi_copies, "CM MADs to our own address, sent out too (other processes)")        \
   X(tx_no_buffers, "transmit postponed: frame pool exhausted or port busy")             \
   X(tx_drop_mtu, "frames longer than the interface's MTU (lowered under the QP): lost")   \

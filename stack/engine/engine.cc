@@ -98,6 +98,7 @@ void Engine::query_device(ibv_device_attr* a) const {
   a->max_mcast_grp = static_cast<int>(cfg_.max_mcast_grp);
   a->max_mcast_qp_attach = static_cast<int>(cfg_.max_mcast_qp_attach);
   a->max_total_mcast_qp_attach = a->max_mcast_grp * a->max_mcast_qp_attach;
+  a->max_raw_ethy_qp = port_.raw_frames() ? a->max_qp : 0;  // raw-packet QPs (raw.cc)
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
@@ -361,9 +362,13 @@ void Engine::receive(Frame* f) {
     e = ParseError::kOk;
   Qp* qp = nullptr;
   if (e != ParseError::kOk) {
-    if ((e == ParseError::kNotIp && handle_arp(f->bytes())) ||
-        (e == ParseError::kNotUdp && p.hdr.ipv6 && handle_nd(f->bytes()))) {
-      // ARP / neighbour discovery: answered or learned from
+    const bool answered = (e == ParseError::kNotIp && handle_arp(f->bytes())) ||
+                          (e == ParseError::kNotUdp && p.hdr.ipv6 && handle_nd(f->bytes()));
+    // What is not RoCE's (ARP too, and a frame the parser finds malformed before it reaches
+    // a UDP port other than 4791) may be a raw-packet QP's (raw.cc).
+    const bool raw = !flows_.empty() && raw_receive(f);
+    if (answered || raw) {
+      // ARP / neighbour discovery answered or learned from; or a flow took it
     } else if (is_not_roce(e)) {
       counters_.inc(Counter::rx_not_roce);
     } else {

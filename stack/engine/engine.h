@@ -28,9 +28,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/counters.h"
+#include "engine/flow.h"
 #include "engine/neighbor.h"
 #include "engine/objects.h"
 #include "engine/timer_wheel.h"
@@ -210,7 +212,7 @@ class Engine {
   Ah* create_ah(mem::Pd* pd, const ibv_ah_attr* attr);
   int destroy_ah(Ah* ah);
   /// XRC targets (IBV_QPT_XRC_RECV) take `xrcd` and neither PD nor CQs.
-  Qp* create_qp(mem::Pd* pd, ibv_qp_init_attr* attr, Xrcd* xrcd = nullptr);
+  Qp* create_qp(mem::Pd* pd, ibv_qp_init_attr* attr, Xrcd* xrcd = nullptr, bool rss = false);
   /// Where the rotation looks for the next QPN (uroce-replay recreates a capture's QPNs):
   /// the next create_qp gets `qpn` if it is in this engine's span and free.
   void set_next_qpn(uint32_t qpn) {
@@ -235,6 +237,39 @@ class Engine {
   void on_group_change(std::function<void(const wire::Gid&, bool)> f) {
     group_change_ = std::move(f);
   }
+
+  // ---- Raw-packet QPs and flow steering (raw.cc) ---------------------------------------------
+  /// An ibv_create_flow(3) rule: frames that are not RoCE and match it go to `qp`.
+  struct RawFlow {
+    Qp* qp = nullptr;
+    FlowRule rule;
+    uint64_t seq = 0;  // creation order: among equal priorities, the older rule first
+  };
+  /// ibv_create_flow on a raw-packet QP: the rule, or nullptr with errno as compile_flow
+  /// gives it, or EINVAL (not a raw-packet QP, a port other than 1), EOPNOTSUPP (the port
+  /// cannot show us every frame: Port::receive_all).
+  RawFlow* create_flow(Qp* qp, const ibv_flow_attr* attr);
+  int destroy_flow(RawFlow* flow);  // 0 or EINVAL (not a rule of this engine)
+  /// Whether this engine's port carries raw Ethernet frames (raw-packet QPs can be created).
+  bool raw_frames() const { return port_.raw_frames(); }
+  /// ibv_create_wq(3), IBV_WQT_RQ: a receive queue whose completions go to `cq` (errno as
+  /// create_qp's; EOPNOTSUPP where raw-packet QPs cannot be had).
+  Qp* create_wq(mem::Pd* pd, Cq* cq, uint32_t max_wr, uint32_t max_sge);
+  /// ibv_modify_wq(3) to `state` (RST, RDY, ERR); EINVAL for RDY from ERR or no WQ.
+  int modify_wq(Qp* wq, ibv_wq_state state);
+  static ibv_wq_state wq_state(const Qp* wq);
+  int destroy_wq(Qp* wq);  // EBUSY while an indirection table holds it
+  /// ibv_create_rwq_ind_table(3): the table's WQs in order (2^n of them, each a WQ of this
+  /// engine; EINVAL otherwise).
+  struct RwqTable {
+    std::vector<Qp*> wqs;
+    uint32_t users = 0;  // RSS QPs using it
+  };
+  RwqTable* create_rwq_table(std::span<Qp* const> wqs);
+  int destroy_rwq_table(RwqTable* t);  // EBUSY while an RSS QP uses it
+  /// An RSS QP over `table` hashing `hash` (Toeplitz only: EOPNOTSUPP for other functions and
+  /// for inner or IPsec fields; EINVAL for a key too short for the fields).
+  Qp* create_rss_qp(mem::Pd* pd, RwqTable* table, const ibv_rx_hash_conf& hash);
 
   // ---- Data path (thread-safe: see the top of this file) ------------------------------------
   /// ibv_post_send(3): the WRs ahead of a failing one stay posted, and *bad names it.
@@ -433,6 +468,13 @@ class Engine {
   bool gather(Qp* qp, const SendWqe& w, uint32_t offset, Frame* f, wire::FrameLayout* lay,
               uint32_t len);
   void ud_send(Qp* qp, SendWqe& w);
+  /// A raw-packet QP's WQE: its bytes are the frame, sent as they are (and handed to this
+  /// device's own flows when they match: a frame to our MAC, multicast or broadcast).
+  /// False: no frame to send it in (the next poll tries again).
+  bool raw_send(Qp* qp, SendWqe& w);
+  /// A frame that is not RoCE: to the QPs whose flows match it (false: none took it).
+  bool raw_receive(const Frame* f, const Qp* sender = nullptr);
+  void raw_deliver(Qp* qp, std::span<const uint8_t> frame, const FrameFields& fields);
 
   // completer.cc. What other rooms may ask of the completer (it alone writes qp->comp):
   void init_completer(Qp* qp);   // its timer's owner and kind, a full window
@@ -520,6 +562,10 @@ class Engine {
     std::vector<Qp*> qps;  // attached, in attach order
   };
   std::vector<McGroup> mcast_;  // groups with at least one QP attached
+  std::vector<std::unique_ptr<RawFlow>> flows_;  // by (priority, seq)
+  uint64_t next_flow_seq_ = 0;
+  std::vector<Qp*> raw_to_;  // raw_receive's scratch: the QPs a frame goes to
+  std::vector<std::unique_ptr<RwqTable>> rwq_tables_;
   std::function<void(const wire::Gid&, bool)> group_change_;
   std::vector<std::unique_ptr<Qp>> qps_;  // index = qpn - cfg_.first_qpn
   size_t qp_count_ = 0;                   // live QPs (at most max_qp)

@@ -296,20 +296,24 @@ Qp* Engine::qp_by_num(uint32_t qpn) {
   return qps_[qpn - cfg_.first_qpn].get();
 }
 
-Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
+Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd, bool rss) {
   if (a == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
   const ibv_qp_type type = a->qp_type;
-  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD && !is_xrc(type)) {
-    errno = EOPNOTSUPP;  // raw packet, driver QPs
+  // Raw-packet QPs need a port that carries Ethernet frames (not the UDP port).
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD && !is_xrc(type) &&
+      (type != IBV_QPT_RAW_PACKET || !port_.raw_frames())) {
+    errno = EOPNOTSUPP;  // driver QPs
     return nullptr;
   }
   // An XRC target has a domain and nothing else; an initiator a PD and a send CQ only.
   const bool tgt = type == IBV_QPT_XRC_RECV, ini = type == IBV_QPT_XRC_SEND;
+  // (An RSS QP has neither queue: its WQs have the CQs.)
   if (tgt ? xrcd == nullptr
-          : (pd == nullptr || a->send_cq == nullptr || (!ini && a->recv_cq == nullptr))) {
+          : (pd == nullptr ||
+             (!rss && (a->send_cq == nullptr || (!ini && a->recv_cq == nullptr))))) {
     errno = EINVAL;
     return nullptr;
   }
@@ -369,6 +373,9 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
     // UD has no path MTU attribute: a datagram may be as large as the port's active MTU.
     qp->path_mtu = cfg_.active_mtu;
     qp->mtu = mtu_bytes(cfg_.active_mtu);
+  } else if (qp->type == IBV_QPT_RAW_PACKET) {
+    // A raw frame may be as long as the port and the interface carry (Ethernet header in).
+    qp->mtu = std::min(port_.max_frame_len(), wire_frame_max_);
   }
   qp->sq = Ring<SendWqe>(c.max_send_wr);
   if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
@@ -382,7 +389,7 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
     ++xrcd->users;
   } else {
     ++pd->users;
-    ++qp->send_cq->users;
+    if (qp->send_cq != nullptr) ++qp->send_cq->users;
     if (qp->recv_cq != nullptr) ++qp->recv_cq->users;
   }
   if (qp->srq != nullptr) ++qp->srq->users;
@@ -394,6 +401,10 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd) {
 
 int Engine::destroy_qp(Qp* qp) {
   if (qp == nullptr || qp_by_num(qp->qpn) != qp) return EINVAL;
+  if (qp->flows != 0 || qp->wq_tables != 0) return EBUSY;  // its flows, the tables using it
+  if (qp->rss)
+    for (const auto& t : rwq_tables_)
+      if (&t->wqs == qp->rss->wqs) --t->users;
   timers_.cancel(qp->comp.retransmit_timer);
   timers_.cancel(qp->req.rnr_timer);
   cc_reset_qp(qp);
@@ -424,7 +435,7 @@ int Engine::destroy_qp(Qp* qp) {
     --qp->xrcd->users;  // its srq/pd/recv_cq are only the current message's: not counted
   } else {
     --qp->pd->users;
-    --qp->send_cq->users;
+    if (qp->send_cq != nullptr) --qp->send_cq->users;
     if (qp->recv_cq != nullptr) --qp->recv_cq->users;
     if (qp->srq != nullptr) --qp->srq->users;
   }

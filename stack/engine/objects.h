@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "engine/dcqcn.h"
@@ -363,6 +364,25 @@ struct Qp {
   uint32_t qpn = 0;
   ibv_qp_type type = IBV_QPT_RC;
   ibv_qp_state state = IBV_QPS_RESET;  // the engine's (under the engine lock)
+  // Raw-packet QPs: flow rules steering frames here (the QP cannot be destroyed while any
+  // exist, as with the kernel's verbs), and IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (frames it
+  // sends are not handed to its own flows).
+  uint32_t flows = 0;
+  bool block_self_lb = false;
+  // A receive work queue (ibv_create_wq(3)) is kept as a raw-packet QP with a receive queue
+  // only (its number is the WQ's; RDY is RTR), in `wq_tables` indirection tables.
+  bool is_wq = false;
+  uint32_t wq_tables = 0;
+  // An RSS QP (ibv_create_qp_ex(3) with IBV_QP_INIT_ATTR_RX_HASH): receives nothing itself;
+  // a frame its flows steer goes to one WQ of its table, by the Toeplitz hash of the chosen
+  // header fields (raw.cc).
+  struct Rss {
+    const std::vector<Qp*>* wqs = nullptr;  // the indirection table's, 2^n of them
+    uint64_t fields = 0;                    // IBV_RX_HASH_* (enum ibv_rx_hash_fields)
+    std::array<uint8_t, 64> key{};
+    uint32_t key_len = 0;
+  };
+  std::optional<Rss> rss;
   // The boundary with posting threads (Engine::post_send / post_recv run without the engine
   // lock): the state as posters see it, the producer locks of the two work queues, and the
   // doorbell flag (set while the QP waits in the engine's doorbell list).

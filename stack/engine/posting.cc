@@ -50,6 +50,8 @@ int Engine::check_wr(const Qp* qp, const WrShape& s) const {
   // passes them by value).
   if (is_inline && op.fixed_length == 0 && s.total > qp->cap.max_inline_data) return EINVAL;
   if (qp->type == IBV_QPT_UD && (!s.has_ah || s.total > qp->mtu)) return EINVAL;
+  // A raw frame: at least its Ethernet header, at most what the port carries.
+  if (qp->type == IBV_QPT_RAW_PACKET && (s.total < 14 || s.total > qp->mtu)) return EINVAL;
   return 0;
 }
 

@@ -59,6 +59,23 @@ constexpr Transition kTransitions[] = {
      IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, 0},
 };
 
+/// A raw-packet QP has no transport: it takes a port on its way to INIT and nothing else
+/// (the kernel's table for IB_QPT_RAW_PACKET; SQD is not one of its states). Whether the
+/// transition exists, and the attributes it needs and allows.
+bool raw_transition(ibv_qp_state from, ibv_qp_state to, int* req, int* opt) {
+  *req = *opt = 0;
+  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) {
+    *req = IBV_QP_PORT;
+    return true;
+  }
+  if (from == IBV_QPS_INIT && to == IBV_QPS_INIT) {
+    *opt = IBV_QP_PORT;
+    return true;
+  }
+  return (from == IBV_QPS_INIT && to == IBV_QPS_RTR) || (from == IBV_QPS_RTR && to == IBV_QPS_RTS) ||
+         (from == IBV_QPS_RTS && to == IBV_QPS_RTS);
+}
+
 }  // namespace
 
 int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const {
@@ -75,11 +92,16 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
     if (cur == IBV_QPS_RESET && next == IBV_QPS_ERR) return EINVAL;
     return attrs == 0 ? 0 : EINVAL;
   }
+  int req = 0, opt = 0;
+  if (qp->type == IBV_QPT_RAW_PACKET) {
+    if (!raw_transition(cur, next, &req, &opt) || (attrs & req) != req || (attrs & ~(req | opt)))
+      return EINVAL;
+    return (mask & IBV_QP_PORT) && attr->port_num != 1 ? EINVAL : 0;
+  }
   const Transition* tr = nullptr;
   for (const Transition& t : kTransitions)
     if (t.from == cur && t.to == next) tr = &t;
   if (tr == nullptr) return EINVAL;
-  int req = 0, opt = 0;
   switch (qp->type) {
     case IBV_QPT_UD: req = tr->req_ud; opt = tr->opt_ud; break;
     case IBV_QPT_UC: req = tr->req_uc; opt = tr->opt_uc; break;

@@ -237,6 +237,17 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         retire_sq(qp);
         continue;
       }
+      if (qp->type == IBV_QPT_RAW_PACKET) {
+        if (!raw_send(qp, w)) {
+          more = true;  // out of frames
+          break;
+        }
+        ++qp->req.assigned_end;
+        ++qp->req.cursor;
+        --*budget;
+        retire_sq(qp);
+        continue;
+      }
       w.first_psn = qp->req.psn;
       w.npkts = psn_span(w, qp->mtu);
       w.sent = 0;

@@ -32,6 +32,7 @@ enum WrQpTypes : uint8_t {
   kWrOnUc = 1u << 1,
   kWrOnUd = 1u << 2,
   kWrOnXrc = 1u << 3,  // XRC_SEND (an XRC_RECV target posts nothing)
+  kWrOnRaw = 1u << 4,  // RAW_PACKET: a SEND whose bytes are the whole frame
 };
 
 struct WrOpInfo {
@@ -112,7 +113,7 @@ constexpr std::array<WrOpInfo, 16> make_wr_table() {
   for (WrOpInfo& i : t) i.name = "OTHER";
   t[IBV_WR_TSO].name = "TSO";
   t[IBV_WR_DRIVER1].name = "DRIVER1";
-  t[IBV_WR_SEND] = data_op("SEND", WrKind::kSend, kAll, IBV_WC_SEND, IBV_QP_EX_WITH_SEND,
+  t[IBV_WR_SEND] = data_op("SEND", WrKind::kSend, kAll | kWrOnRaw, IBV_WC_SEND, IBV_QP_EX_WITH_SEND,
                            op::kRcSendOnly, op::kRcSendFirst, op::kRcSendMiddle, op::kRcSendLast);
   t[IBV_WR_SEND_WITH_IMM] =
       data_op("SEND_WITH_IMM", WrKind::kSend, kAll, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM,
@@ -162,7 +163,8 @@ constexpr uint8_t wr_qp_type_bit(ibv_qp_type t) {
     case IBV_QPT_UC: return kWrOnUc;
     case IBV_QPT_UD: return kWrOnUd;
     case IBV_QPT_XRC_SEND: return kWrOnXrc;
-    default: return 0;  // XRC_RECV, RAW_PACKET: post nothing
+    case IBV_QPT_RAW_PACKET: return kWrOnRaw;
+    default: return 0;  // XRC_RECV: posts nothing
   }
 }
 

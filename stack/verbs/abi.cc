@@ -84,6 +84,18 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
         IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
     a.xrc_odp_caps = kAll;
   }
+  // RSS over receive work queues, where raw-packet QPs can be had (objects.cc, raw.cc).
+  if (a.orig_attr.max_raw_ethy_qp != 0) {
+    a.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+    a.rss_caps.max_rwq_indirection_tables = static_cast<uint32_t>(a.orig_attr.max_qp);
+    a.rss_caps.max_rwq_indirection_table_size = 1u << 10;
+    a.rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 |
+                                     IBV_RX_HASH_SRC_IPV6 | IBV_RX_HASH_DST_IPV6 |
+                                     IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
+                                     IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+    a.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+    a.max_wq_type_rq = static_cast<uint32_t>(a.orig_attr.max_qp);
+  }
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   // Completion timestamps count nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock of 64 bits.
   a.completion_timestamp_mask = ~uint64_t{0};

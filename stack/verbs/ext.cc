@@ -365,9 +365,23 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return nullptr;
   }
   const bool with_ops = !tgt && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
-  if ((attr->comp_mask & (IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
-                          IBV_QP_INIT_ATTR_RX_HASH)) ||
-      ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) ||
+  // Of the creation flags, only "no multicast loopback to myself" (raw-packet and UD QPs): a
+  // UD QP's multicast never loops back here anyway, a raw QP's does unless it says so.
+  const uint32_t flags =
+      (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? attr->create_flags : 0;
+  const bool block_self_lb = (flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) != 0 &&
+                             (attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_UD);
+  // RSS: a table and a hash, both or neither.
+  constexpr uint32_t kRss = IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+  if ((attr->comp_mask & kRss) != 0) {
+    if ((attr->comp_mask & kRss) != kRss || with_ops) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    if (flags == 0) return create_rss_qp_in(context, attr);
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) ||
+      (flags & ~(block_self_lb ? static_cast<uint32_t>(IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) : 0u)) ||
       (with_ops && (attr->send_ops_flags & ~kSendOps))) {
     errno = EOPNOTSUPP;
     return nullptr;
@@ -384,6 +398,7 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
                             tgt ? reinterpret_cast<Xrcd*>(attr->xrcd) : nullptr);
   if (qp == nullptr) return nullptr;
   attr->cap = a.cap;
+  to_qp(qp)->block_self_lb = block_self_lb;  // read by the engine only once the QP sends
   if (with_ops) {
     auto* b = new (std::nothrow) Builder;
     if (b == nullptr) {

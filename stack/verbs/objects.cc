@@ -122,6 +122,7 @@ int destroy_qp(ibv_qp* qp, bool wait) {
   {
     EngineLock lock(rt);
     if (rt->engine->qp_by_num(q->qpn) != q) return EINVAL;
+    if (q->flows != 0) return EBUSY;  // its flow rules first, as with the kernel's verbs
   }
   // Forget it first: events read from now on are dropped; then wait for the ones read before.
   disown(qp->context, &ContextState::qps, q);
@@ -561,7 +562,251 @@ ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* 
   return &srq->ibv;
 }
 
+// ---- Flow steering (ibv_create_flow(3)) for raw-packet QPs: the rules are the engine's -----
+
+struct UFlow {
+  ibv_flow ibv;  // first: the handle handed out
+  Engine::RawFlow* rule;
+};
+
+ibv_flow* op_create_flow(ibv_qp* qp, ibv_flow_attr* attr) {
+  if (qp == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* u = new (std::nothrow) UFlow{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(qp->context);
+  {
+    EngineLock lock(rt);
+    u->rule = rt->engine->create_flow(to_qp(qp), attr);
+  }
+  if (u->rule == nullptr) {
+    const int e = errno;
+    delete u;
+    errno = e;
+    return nullptr;
+  }
+  u->ibv.context = qp->context;
+  u->ibv.handle = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(u->rule) >> 4);
+  own(qp->context, &ContextState::flows, u);
+  return &u->ibv;
+}
+
+int op_destroy_flow(ibv_flow* flow) {
+  if (flow == nullptr) return EINVAL;
+  auto* u = reinterpret_cast<UFlow*>(flow);
+  {
+    ContextState* s = state_of(flow->context);
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    if (s->flows.erase(u) == 0) return EINVAL;
+  }
+  Runtime* rt = runtime_of(flow->context);
+  {
+    EngineLock lock(rt);
+    rt->engine->destroy_flow(u->rule);
+  }
+  delete u;
+  return 0;
+}
+
+// ---- RSS: receive work queues (ibv_create_wq(3)), their indirection tables
+// (ibv_create_rwq_ind_table(3)) and the QPs hashing over them. A WQ is the engine's raw QP
+// with a receive queue only; its number is that QP's.
+
+struct UWq {
+  ibv_wq ibv;  // first
+  Qp* qp;
+};
+
+struct UTable {
+  ibv_rwq_ind_table ibv;  // first
+  Engine::RwqTable* t;
+};
+
+int op_post_wq_recv(ibv_wq* wq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  Runtime* rt = runtime_of(wq->context);
+  Qp* qp = reinterpret_cast<UWq*>(wq)->qp;
+  const ibv_recv_wr* b = nullptr;
+  const int rc = rt->engine->post_recv(qp, wr, &b);
+  if (rc != 0 && bad != nullptr) *bad = const_cast<ibv_recv_wr*>(b);
+  if (qp->post_state.load(std::memory_order_acquire) == IBV_QPS_ERR) rt->drive(true);
+  return rc;
+}
+
+ibv_wq* op_create_wq(ibv_context* ctx, ibv_wq_init_attr* attr) {
+  if (attr == nullptr || attr->wq_type != IBV_WQT_RQ || attr->pd == nullptr ||
+      attr->cq == nullptr || attr->pd->context != ctx || attr->cq->context != ctx ||
+      (attr->comp_mask & ~uint32_t{IBV_WQ_INIT_ATTR_FLAGS})) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_WQ_INIT_ATTR_FLAGS) && attr->create_flags != 0) {
+    errno = EOPNOTSUPP;  // VLAN stripping, FCS scatter, delay drop, end padding
+    return nullptr;
+  }
+  auto* u = new (std::nothrow) UWq{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(ctx);
+  {
+    EngineLock lock(rt);
+    u->qp = rt->engine->create_wq(pd_of(attr->pd), to_cq(attr->cq), attr->max_wr, attr->max_sge);
+  }
+  if (u->qp == nullptr) {
+    const int e = errno;
+    delete u;
+    errno = e;
+    return nullptr;
+  }
+  attr->max_wr = u->qp->cap.max_recv_wr;
+  attr->max_sge = u->qp->cap.max_recv_sge;
+  ibv_wq& w = u->ibv;
+  w.context = ctx;
+  w.pd = attr->pd;
+  w.cq = attr->cq;
+  w.wq_num = u->qp->qpn;
+  w.handle = u->qp->qpn;
+  w.state = IBV_WQS_RESET;
+  w.wq_type = IBV_WQT_RQ;
+  w.post_recv = op_post_wq_recv;  // (ibv_create_wq sets up the mutex, condition, context)
+  own(ctx, &ContextState::wqs, u);
+  return &u->ibv;
+}
+
+int op_modify_wq(ibv_wq* wq, ibv_wq_attr* attr) {
+  if (wq == nullptr || attr == nullptr) return EINVAL;
+  constexpr uint32_t kKnown = IBV_WQ_ATTR_STATE | IBV_WQ_ATTR_CURR_STATE | IBV_WQ_ATTR_FLAGS;
+  if (attr->attr_mask & ~kKnown) return EINVAL;
+  if ((attr->attr_mask & IBV_WQ_ATTR_FLAGS) && attr->flags_mask != 0) return EOPNOTSUPP;
+  Runtime* rt = runtime_of(wq->context);
+  Qp* qp = reinterpret_cast<UWq*>(wq)->qp;
+  EngineLock lock(rt);
+  if ((attr->attr_mask & IBV_WQ_ATTR_CURR_STATE) && attr->curr_wq_state != Engine::wq_state(qp))
+    return EINVAL;
+  if (attr->attr_mask & IBV_WQ_ATTR_STATE) {
+    if (int e = rt->engine->modify_wq(qp, attr->wq_state); e != 0) return e;
+    wq->state = Engine::wq_state(qp);
+  }
+  return 0;
+}
+
+int op_destroy_wq(ibv_wq* wq) {
+  if (wq == nullptr) return EINVAL;
+  auto* u = reinterpret_cast<UWq*>(wq);
+  Runtime* rt = runtime_of(wq->context);
+  {
+    ContextState* s = state_of(wq->context);
+    std::lock_guard<std::mutex> objs(s->obj_mu);
+    if (s->wqs.count(u) == 0) return EINVAL;
+    EngineLock lock(rt);
+    if (int e = rt->engine->destroy_wq(u->qp); e != 0) return e;  // EBUSY: in a table
+    s->wqs.erase(u);
+  }
+  pthread_mutex_destroy(&wq->mutex);
+  pthread_cond_destroy(&wq->cond);
+  delete u;
+  return 0;
+}
+
+// An indirection table of up to 2^kMaxLogTable WQs.
+constexpr uint32_t kMaxLogTable = 10;
+
+ibv_rwq_ind_table* op_create_rwq_ind_table(ibv_context* ctx, ibv_rwq_ind_table_init_attr* attr) {
+  if (attr == nullptr || attr->comp_mask != 0 || attr->log_ind_tbl_size > kMaxLogTable ||
+      attr->ind_tbl == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  std::vector<Qp*> wqs(size_t{1} << attr->log_ind_tbl_size);
+  for (size_t i = 0; i < wqs.size(); ++i) {
+    ibv_wq* w = attr->ind_tbl[i];
+    if (w == nullptr || w->context != ctx) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    wqs[i] = reinterpret_cast<UWq*>(w)->qp;
+  }
+  auto* u = new (std::nothrow) UTable{};
+  if (u == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(ctx);
+  {
+    EngineLock lock(rt);
+    u->t = rt->engine->create_rwq_table(wqs);
+  }
+  if (u->t == nullptr) {
+    const int e = errno;
+    delete u;
+    errno = e;
+    return nullptr;
+  }
+  static std::atomic<int> next_num{1};
+  u->ibv.context = ctx;
+  u->ibv.ind_tbl_num = u->ibv.ind_tbl_handle = next_num.fetch_add(1);
+  own(ctx, &ContextState::rwq_tables, u);
+  return &u->ibv;
+}
+
+int op_destroy_rwq_ind_table(ibv_rwq_ind_table* table) {
+  if (table == nullptr) return EINVAL;
+  auto* u = reinterpret_cast<UTable*>(table);
+  Runtime* rt = runtime_of(table->context);
+  {
+    ContextState* s = state_of(table->context);
+    std::lock_guard<std::mutex> objs(s->obj_mu);
+    if (s->rwq_tables.count(u) == 0) return EINVAL;
+    EngineLock lock(rt);
+    if (int e = rt->engine->destroy_rwq_table(u->t); e != 0) return e;  // EBUSY: a QP uses it
+    s->rwq_tables.erase(u);
+  }
+  delete u;
+  return 0;
+}
+
+ibv_qp* create_rss_qp_in(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
+  if (attr->qp_type != IBV_QPT_RAW_PACKET || attr->pd == nullptr || attr->pd->context != ctx ||
+      attr->rwq_ind_tbl == nullptr || attr->rwq_ind_tbl->context != ctx) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = runtime_of(ctx);
+  Qp* qp;
+  {
+    EngineLock lock(rt);
+    qp = rt->engine->create_rss_qp(pd_of(attr->pd), reinterpret_cast<UTable*>(attr->rwq_ind_tbl)->t,
+                                   attr->rx_hash_conf);
+  }
+  if (qp == nullptr) return nullptr;
+  ibv_qp& q = qp->ibv;
+  q.context = ctx;
+  q.qp_context = attr->qp_context;
+  q.pd = attr->pd;
+  q.handle = q.qp_num = qp->qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = IBV_QPT_RAW_PACKET;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  attr->cap = qp->cap;
+  own(ctx, &ContextState::qps, qp);
+  return &q;
+}
+
 void install_memory_ops(Context* ctx) {
+  ctx->vctx.ibv_create_flow = op_create_flow;
+  ctx->vctx.ibv_destroy_flow = op_destroy_flow;
+  ctx->vctx.create_wq = op_create_wq;
+  ctx->vctx.modify_wq = op_modify_wq;
+  ctx->vctx.destroy_wq = op_destroy_wq;
+  ctx->vctx.create_rwq_ind_table = op_create_rwq_ind_table;
+  ctx->vctx.destroy_rwq_ind_table = op_destroy_rwq_ind_table;
   ctx->vctx.alloc_dm = op_alloc_dm;
   ctx->vctx.free_dm = free_dm;
   ctx->vctx.reg_dm_mr = op_reg_dm_mr;
@@ -649,9 +894,12 @@ void destroy_context_objects(ContextState* s) {
     if (d->imported_from != nullptr) unimport_dm(&d->ibv);
   for (UPd* p : snapshot(s, &ContextState::pds))
     if (p->imported) unimport_pd(&p->ibv);
+  for (UFlow* f : snapshot(s, &ContextState::flows)) op_destroy_flow(&f->ibv);  // hold QPs
   // Dependents first: QPs hold CQs, SRQs and PDs; windows hold MRs; SRQs, AHs, windows and
   // MRs hold PDs.
   for (Qp* q : snapshot(s, &ContextState::qps)) destroy_qp(&q->ibv, false);
+  for (UTable* t : snapshot(s, &ContextState::rwq_tables)) op_destroy_rwq_ind_table(&t->ibv);
+  for (UWq* w : snapshot(s, &ContextState::wqs)) op_destroy_wq(&w->ibv);
   for (Srq* q : snapshot(s, &ContextState::srqs)) destroy_srq(&q->ibv, false);
   for (Ah* a : snapshot(s, &ContextState::ahs)) destroy_ah(&a->ibv);
   for (UMw* w : snapshot(s, &ContextState::mws)) dealloc_mw(&w->ibv);  // before their MRs

@@ -167,6 +167,9 @@ struct UMr;
 struct UMw;
 struct UDm;
 struct UChannel;
+struct UFlow;
+struct UWq;
+struct UTable;
 
 /// An XRC domain as ibv_open_xrcd(3) shares it: one per file (inode) among this context's
 /// opens, counted; or private (fd -1).
@@ -200,6 +203,9 @@ struct ContextState {
   std::unordered_set<Srq*> srqs;
   std::unordered_set<Ah*> ahs;
   std::unordered_set<Qp*> qps;
+  std::unordered_set<UFlow*> flows;  // ibv_create_flow's rules (raw-packet QPs)
+  std::unordered_set<UWq*> wqs;      // receive work queues (RSS)
+  std::unordered_set<UTable*> rwq_tables;  // their indirection tables
   std::vector<XrcdRec> xrcds;  // xrc.cc
 };
 
@@ -229,6 +235,9 @@ void install_ops(Context* ctx);
 void install_data_ops(ibv_context_ops* ops);
 /// Device memory and ibv_advise_mr (objects.cc).
 void install_memory_ops(Context* ctx);
+/// ibv_create_qp_ex with IBV_QP_INIT_ATTR_IND_TABLE and _RX_HASH: a receive-only raw-packet
+/// QP spreading its flows' frames over the table's WQs (objects.cc).
+ibv_qp* create_rss_qp_in(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 /// Device memory a uroce device offers (ibv_alloc_dm), emulated in host memory: the
 /// ConnectX-6's 256 KiB.
 inline constexpr uint64_t kDeviceMemoryBytes = 256 * 1024;

@@ -8,7 +8,11 @@
 // field allowed to differ (RoCEv2 receivers ignore it; the ICRC does not cover it).
 //
 // Usage: packet_port_test IFACE_A IFACE_B whole|segmented. Exit 0 when all checks pass.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -334,6 +338,70 @@ int main(int argc, char** argv) {
     if (g_failures == 0)
       std::printf("ok: after the receiving interface went down and up, two super-frames arrived "
                   "whole and in turn\n");
+  }
+  // Raw-packet QPs' flows (receive_all): every frame the interface receives gets through,
+  // the non-RoCE ones included; none this host sends (the kernel's own UDP from the
+  // receiving end's address); and after receive_all(false), RoCE's only again.
+  if (!segmented && !copied) {
+    auto count_others = [&](const char* what, bool want_kernel_udp) {
+      burst.clear();  // (the first burst's frames went with it)
+      for (const Spec& s : others) add(s, false);
+      size_t off4 = 0;
+      for (int tries = 0; off4 < burst.size() && tries < 1000; ++tries)
+        off4 += a->tx_burst(0, std::span<Frame* const>(burst).subspan(off4));
+      burst.clear();
+      if (want_kernel_udp) {
+        // The host's own datagram out of the receiving end, to an address beyond it (a
+        // neighbour entry of our making: no ARP first).
+        char mac[18];
+        const auto& m = a->mac();
+        std::snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+        CHECK(std::system(("ip neigh replace 10.96.0.77 lladdr " + std::string(mac) + " dev " +
+                           argv[2]).c_str()) == 0, "ip neigh");
+        const int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        setsockopt(u, SOL_SOCKET, SO_BINDTODEVICE, argv[2], static_cast<socklen_t>(std::strlen(argv[2])));
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_port = htons(9);
+        inet_pton(AF_INET, "10.96.0.77", &to.sin_addr);
+        const char msg[] = "outgoing";
+        CHECK(sendto(u, msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) > 0,
+              "%s: the host's datagram was not sent", what);
+        close(u);
+      }
+      size_t seen = 0, outgoing = 0;
+      for (int idle = 0; idle < 5;) {
+        Frame* in[16];
+        const uint16_t n = b->rx_burst(0, in);
+        for (uint16_t i = 0; i < n; ++i) {
+          const uint8_t* d = in[i]->data;
+          if (in[i]->len > 42 && std::memcmp(d + 6, a->mac().data(), 6) == 0 && get16(d + 12) == 0x0800 &&
+              (d[23] != 17 || get16(d + 36) != 4791))
+            ++seen;
+          if (in[i]->len > 42 && std::memcmp(d + 6, b->mac().data(), 6) == 0 && get16(d + 12) == 0x0800 &&
+              d[23] == 17 && get16(d + 36) == 9)
+            ++outgoing;
+          b->free_frame(in[i]);
+        }
+        if (n > 0) continue;
+        ++idle;
+        pollfd p{b->wait_fd(), POLLIN, 0};
+        poll(&p, 1, 100);
+      }
+      CHECK(outgoing == 0, "%s: %zu of the host's own outgoing datagrams were received", what, outgoing);
+      return seen;
+    };
+    CHECK(b->receive_all(true), "receive_all(true) failed");
+    const size_t with_all = count_others("receive_all", true);
+    CHECK(with_all == others.size(), "receive_all: %zu of the %zu frames that are not RoCE arrived",
+          with_all, others.size());
+    CHECK(b->receive_all(false), "receive_all(false) failed");
+    const size_t after = count_others("RoCE only again", false);
+    CHECK(after == 0, "RoCE only again: %zu frames that are not RoCE got past the filter", after);
+    if (g_failures == 0)
+      std::printf("ok: with every frame wanted (raw-packet flows), the %zu that are not RoCE "
+                  "arrived and the host's own outgoing datagram did not; then the filter was "
+                  "RoCE's again\n", others.size());
   }
   if (g_failures != 0) return 1;
   std::printf("ok: %zu packets in one burst, %llu super-frames, %s: every packet arrived as built, "
