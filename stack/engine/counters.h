@@ -36,6 +36,8 @@ namespace uroce {
   X(rx_raw, "frames steered to a raw-packet QP by its flows (one per QP)")              \
   X(rx_drop_raw_no_recv, "frames for a raw-packet QP dropped: no receive WQE posted")   \
   X(rx_drop_raw_flow, "frames a flow rule with the drop action matched")                \
+  X(tm_matched, "tag matching: messages that matched a tagged buffer")                  \
+  X(tm_unexpected, "tag matching: tagged messages that matched none (to a plain receive)") \
   X(rx_drop_uc_msg, "UC packets dropped (PSN gap, no receive WQE or bad access)")       \
   X(rx_drop_uc_stale, "UC packets older than the expected PSN (a copy, or overtaken): dropped") \
   X(rx_drop_unexpected_resp, "response or ACK that matches no outstanding request")     \

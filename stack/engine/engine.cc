@@ -773,8 +773,8 @@ bool Engine::copy_from_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint
 
 // ---- Completions and events ---------------------------------------------------------------
 
-bool Engine::push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp) {
-  if (cq->overflowed || !cq->ring.push(Cq::Entry{wc, now_})) {
+bool Engine::push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp, uint64_t tag) {
+  if (cq->overflowed || !cq->ring.push(Cq::Entry{wc, now_, tag})) {
     // A lost completion puts the CQ in error and raises IBV_EVENT_CQ_ERR (IBA 11.4.2.1).
     counters_.inc(Counter::cq_overflows);
     if (!cq->overflowed) {
@@ -812,6 +812,7 @@ int Engine::poll_cq(Cq* cq, int n, ibv_wc* wc) {
   while (got < n && !cq->ring.empty()) {
     wc[got++] = cq->ring.front().wc;
     cq->polled_ts_ns = cq->ring.front().ts_ns;
+    cq->polled_tag = cq->ring.front().tag;
     cq->ring.pop();
   }
   return got;

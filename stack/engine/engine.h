@@ -202,8 +202,17 @@ class Engine {
   /// ibv_resize_cq: EINVAL if the CQ holds more completions than `cqe`.
   int resize_cq(Cq* cq, int cqe);
   int destroy_cq(Cq* cq);
-  /// A basic SRQ, or with `xrcd` an XRC SRQ whose receives complete on `cq`.
-  Srq* create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd = nullptr, Cq* cq = nullptr);
+  /// A basic SRQ, or with `xrcd` an XRC SRQ whose receives complete on `cq`, or with `tm` a
+  /// tag-matching SRQ (IBV_SRQT_TM) whose receives and list operations complete on `cq`.
+  Srq* create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd = nullptr, Cq* cq = nullptr,
+                  const ibv_tm_cap* tm = nullptr);
+  /// ibv_post_srq_ops(3) on a tag-matching SRQ: ADD a tagged buffer (its handle written back
+  /// into the operation), DEL one, SYNC the unexpected count. Signaled ones complete on the
+  /// SRQ's CQ (IBV_WC_TM_ADD / _DEL / _SYNC). 0 or the errno: EINVAL (not a TM SRQ, a bad
+  /// opcode, handle or SGE count), ENOMEM (max_num_tags in the list); *bad names it.
+  int post_srq_ops(Srq* srq, ibv_ops_wr* wr, ibv_ops_wr** bad);
+  /// What a device reports in ibv_device_attr_ex.tm_caps.
+  static constexpr uint32_t kTmMaxTags = 64, kTmMaxRndvHdr = 64, kTmInternalWqes = 32;
   Xrcd* create_xrcd();
   int destroy_xrcd(Xrcd* xrcd);  // EBUSY while SRQs or target QPs belong to it
   int modify_srq(Srq* srq, ibv_srq_attr* attr, int mask);
@@ -385,7 +394,7 @@ class Engine {
   Frame* build_packet(wire::RoceHeaders& h, size_t payload_len,
                       wire::FrameLayout* lay);
   void send_built(Frame* f, const wire::FrameLayout& lay);
-  bool push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp);
+  bool push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp, uint64_t tag = 0);
   /// Copy `len` bytes into / out of an SGE list, starting `offset` bytes into it. False if
   /// the list is too short or a key check fails (writing needs LOCAL_WRITE).
   bool copy_to_sges(const mem::Pd* pd, const Sge* sges, uint32_t n, uint32_t offset,
@@ -506,6 +515,14 @@ class Engine {
   void set_resp_state(Qp* qp, Responder::State s);  // traced
   void responder(Qp* qp, const wire::ParsedPacket& p);
   void ud_receive(Qp* qp, const wire::ParsedPacket& p);
+  // tag_matching.cc: a SEND's first packet on a QP with a tag-matching SRQ decides where the
+  // message goes (false: no buffer for it, RNR); its end completes it.
+  bool tm_begin(Qp* qp, const wire::ParsedPacket& p);
+  void tm_complete(Qp* qp, const wire::ParsedPacket& p);
+  /// An internal WQE (the rendezvous READ or FIN) is done.
+  void tm_internal_done(Qp* qp, const SendWqe& w);
+  /// Queues work the device posts itself on `qp`'s send queue (its reserved slots).
+  void post_internal(Qp* qp, const SendWqe& w);
   void mcast_receive(const wire::ParsedPacket& p);
   static bool pkey_matches(uint16_t pkey);  // a packet's P_Key against our partition
   void execute_request(Qp* qp, const wire::ParsedPacket& p);

@@ -182,8 +182,12 @@ int Engine::destroy_xrcd(Xrcd* xrcd) {
   return 0;
 }
 
-Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, Cq* cq) {
-  if ((xrcd != nullptr) != (cq != nullptr) || (xrcd != nullptr && next_handle_ > 0xFFFFFF)) {
+Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, Cq* cq,
+                        const ibv_tm_cap* tm) {
+  // An XRC SRQ has a domain and a CQ; a tag-matching one a CQ and its list's size.
+  if ((xrcd != nullptr || tm != nullptr) != (cq != nullptr) || (xrcd != nullptr && tm != nullptr) ||
+      (xrcd != nullptr && next_handle_ > 0xFFFFFF) ||
+      (tm != nullptr && (tm->max_num_tags == 0 || tm->max_num_tags > kTmMaxTags))) {
     errno = EINVAL;
     return nullptr;
   }
@@ -205,11 +209,13 @@ Srq* Engine::create_srq(mem::Pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, Cq* cq
   srq->limit = attr->attr.srq_limit;
   srq->xrcd = xrcd;
   srq->cq = cq;
-  ++pd->users;
-  if (xrcd != nullptr) {
-    ++xrcd->users;
-    ++cq->users;
+  if (tm != nullptr) {
+    srq->tm = std::make_unique<Srq::TagList>();
+    srq->tm->entries.resize(tm->max_num_tags);
   }
+  ++pd->users;
+  if (xrcd != nullptr) ++xrcd->users;
+  if (cq != nullptr) ++cq->users;
   srqs_.push_back(std::move(srq));
   return srqs_.back().get();
 }
@@ -253,8 +259,8 @@ int Engine::destroy_srq(Srq* srq) {
       forget_srq(q.get(), srq);
     }
     --srq->xrcd->users;
-    --srq->cq->users;
   }
+  if (srq->cq != nullptr) --srq->cq->users;
   --srq->pd->users;
   srqs_.erase(it);
   return 0;
@@ -377,7 +383,10 @@ Qp* Engine::create_qp(mem::Pd* pd, ibv_qp_init_attr* a, Xrcd* xrcd, bool rss) {
     // A raw frame may be as long as the port and the interface carry (Ethernet header in).
     qp->mtu = std::min(port_.max_frame_len(), wire_frame_max_);
   }
-  qp->sq = Ring<SendWqe>(c.max_send_wr);
+  // With a tag-matching SRQ the device may post a rendezvous READ and FIN of its own for
+  // each message: slots for them beside the application's.
+  if (qp->srq != nullptr && qp->srq->tm) qp->sq_reserved = kTmInternalWqes;
+  qp->sq = Ring<SendWqe>(c.max_send_wr + qp->sq_reserved);
   if (qp->srq == nullptr) qp->rq = Ring<RecvWqe>(c.max_recv_wr);
   init_requester(qp.get());
   init_completer(qp.get());

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -56,9 +57,11 @@ struct Cq {
   struct Entry {
     ibv_wc wc;
     uint64_t ts_ns;
+    uint64_t tag;  // tag matching's (IBV_WC_EX_WITH_TM_INFO), 0 otherwise
   };
   Ring<Entry> ring;
   uint64_t polled_ts_ns = 0;  // the last polled completion's time (under `mu`)
+  uint64_t polled_tag = 0;    // ...and its tag (tag matching)
   std::mutex mu;            // serialises the consumers (threads polling this CQ)
   bool overflowed = false;  // a completion was lost: the CQ is in error (IBA 11.4.2.1)
   uint32_t users = 0;       // QPs attached
@@ -110,6 +113,21 @@ struct Srq {
   uint32_t max_sge = 0;
   uint32_t limit = 0;  // armed SRQ limit (0 = not armed)
   uint32_t users = 0;
+  // Tag matching (IBV_SRQT_TM, tag_matching.cc): the tagged buffers ibv_post_srq_ops added,
+  // matched in the order they were added; `ring` above takes what matches none.
+  struct TagList {
+    struct Entry {
+      bool used = false;
+      uint64_t seq = 0;  // when it was added: the oldest match wins
+      uint64_t tag = 0, mask = 0;
+      RecvWqe wqe;  // recv_wr_id and the buffers
+    };
+    std::vector<Entry> entries;  // max_num_tags; handle = index + 1
+    uint64_t next_seq = 0;
+    uint32_t unexpected = 0;  // messages that matched no tag (the device's count)
+    uint32_t synced = 0;      // the count software last synchronised with (IBV_WR_TAG_SYNC)
+  };
+  std::unique_ptr<TagList> tm;
 };
 
 /// Where packets for a peer go: addresses and the header fields a path fixes.
@@ -181,6 +199,12 @@ struct SendWqe {
   uint32_t read_done = 0;   // READ: response packets received so far
   ibv_wc_status status = IBV_WC_SUCCESS;
   bool signaled = false;
+  // Work the device posts itself for tag matching's rendezvous (tag_matching.cc): the READ
+  // of the sender's data and the FIN after it. No completion of their own: when done, the
+  // tagged buffer's (recv_wr_id, tag) completes on the SRQ's CQ.
+  enum class Internal : uint8_t { kNone, kRndvRead, kRndvFin };
+  Internal internal = Internal::kNone;
+  uint64_t tm_wr_id = 0, tm_tag = 0;
 
   /// The facts about its opcode (engine/work_request.h).
   const WrOpInfo& info() const { return wr_info(opcode); }
@@ -312,6 +336,15 @@ struct Responder {
   std::vector<RdAtomicRes> res = std::vector<RdAtomicRes>(1);
   uint32_t res_next = 0;
   uint32_t res_sending = 0;  // resources with a response stream in progress
+  // Tag matching: what the message being received turned out to be (its header, in its first
+  // 16 bytes, read at its first packet), and where its data goes.
+  enum class Tm : uint8_t { kNone, kNoTag, kUnexpected, kEager, kRndv };
+  Tm tm = Tm::kNone;
+  uint32_t tm_skip = 0;  // bytes of the first packet not written (an eager match's header)
+  uint64_t tm_tag = 0;
+  uint32_t tm_priv = 0;
+  uint64_t rndv_va = 0;  // kRndv: the sender's buffer, read once the header is in
+  uint32_t rndv_rkey = 0, rndv_len = 0;
   // Coalesced ACK waiting to be sent.
   bool ack_pending = false;
   Psn ack_psn;
@@ -369,6 +402,9 @@ struct Qp {
   // sends are not handed to its own flows).
   uint32_t flows = 0;
   bool block_self_lb = false;
+  // Send queue slots kept for work the device posts itself (tag matching's rendezvous):
+  // the application may fill the rest.
+  uint32_t sq_reserved = 0;
   // A receive work queue (ibv_create_wq(3)) is kept as a raw-packet QP with a receive queue
   // only (its number is the WQ's; RDY is RTR), in `wq_tables` indirection tables.
   bool is_wq = false;

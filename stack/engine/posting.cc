@@ -28,6 +28,16 @@ RecvWqe to_recv_wqe(const ibv_recv_wr& wr) {
 
 // ---- Posting ----------------------------------------------------------------------------------
 
+namespace {
+
+/// Whether the application may post `k` + 1 more WQEs (the slots kept for the device's own
+/// work are not its).
+bool app_room(const Qp* qp, size_t k = 0) {
+  return qp->sq.size() + k + qp->sq_reserved < qp->sq.capacity();
+}
+
+}  // namespace
+
 int Engine::check_wr(const Qp* qp, const WrShape& s) const {
   // Runs on the posting thread: only the QP's fixed properties and its published state.
   const ibv_qp_state st = qp->post_state.load(std::memory_order_acquire);
@@ -145,7 +155,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
   for (; wr != nullptr; wr = wr->next) {
     const WrShape s = shape_of(*wr);
     err = check_wr(qp, s);
-    if (err == 0 && qp->sq.full()) err = ENOMEM;
+    if (err == 0 && !app_room(qp)) err = ENOMEM;
     if (err != 0) {
       if (bad != nullptr) *bad = wr;
       break;
@@ -161,7 +171,7 @@ int Engine::post_send(Qp* qp, const ibv_send_wr* wr, const ibv_send_wr** bad) {
 }
 
 SendWqe* Engine::stage_wqe(Qp* qp, size_t k) {
-  if (qp->sq.size() + k >= qp->sq.capacity()) return nullptr;
+  if (!app_room(qp, k)) return nullptr;
   SendWqe& w = qp->sq.next_slot(k);
   w = SendWqe{};
   return &w;
@@ -193,7 +203,7 @@ int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,
     if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR ||
         !wr_allowed(qp->type, IBV_WR_BIND_MW))
       return EINVAL;
-    if (qp->sq.full()) return ENOMEM;
+    if (!app_room(qp)) return ENOMEM;
     SendWqe& w = qp->sq.next_slot();
     w = SendWqe{};
     w.wr_id = wr_id;
@@ -206,6 +216,16 @@ int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,
   }
   ring_doorbell(qp);
   return 0;
+}
+
+void Engine::post_internal(Qp* qp, const SendWqe& w) {
+  {
+    std::lock_guard<std::mutex> producer(qp->sq_mu);
+    if (qp->sq.full()) return;  // cannot happen: one READ and one FIN per reserved pair
+    qp->sq.next_slot() = w;
+    qp->sq.commit();
+  }
+  schedule(qp);
 }
 
 int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {

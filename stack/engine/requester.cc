@@ -290,6 +290,12 @@ void Engine::retire_sq(Qp* qp) {
   while (!qp->sq.empty() && qp->sq.head_index() < qp->req.assigned_end) {
     SendWqe& w = qp->sq.front();
     if (w.state != WqeState::kDone) break;
+    if (w.internal != SendWqe::Internal::kNone) {  // the device's own (tag matching)
+      const SendWqe done = w;
+      qp->sq.pop();
+      tm_internal_done(qp, done);
+      continue;
+    }
     const bool report = w.signaled || w.status != IBV_WC_SUCCESS;
     ibv_wc wc{};
     wc.wr_id = w.wr_id;
@@ -356,6 +362,13 @@ void Engine::flush_requester(Qp* qp) {
     // Successful WQEs still owed a completion keep their signalling; errors always complete.
     // The slot is freed before the completion shows (as in retire_sq).
     const bool report = wc.status != IBV_WC_SUCCESS || w.signaled;
+    if (w.internal != SendWqe::Internal::kNone) {  // the device's own: its buffer's completion
+      SendWqe done = w;
+      done.status = wc.status;
+      qp->sq.pop();
+      tm_internal_done(qp, done);
+      continue;
+    }
     qp->sq.pop();
     if (report) push_cqe(qp->send_cq, wc, nullptr);
   }

@@ -290,13 +290,21 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
 
   switch (info.op) {
     case Operation::kSend: {
-      if (info.starts_message() && !take_rwqe(qp)) {
+      // A tag-matching SRQ decides by the message's header where it goes (tag_matching.cc).
+      const bool tm = qp->srq != nullptr && qp->srq->tm != nullptr;
+      if (info.starts_message() && !(tm ? tm_begin(qp, p) : take_rwqe(qp))) {
         no_receive_wqe(qp, psn);
         return;
       }
       // A FIRST packet opens the message (an ONLY one is over before anything could tell).
       if (!info.ends_message()) set_resp_state(qp, Responder::State::kInSend);
-      if (!copy_to_rwqe(qp, p.payload.data(), len)) {
+      // Tag matching: an eager match's header is not data; a rendezvous header is all there
+      // is (its data is read from the sender).
+      const uint32_t skip = !tm                                      ? 0
+                            : qp->resp.tm == Responder::Tm::kRndv    ? len
+                            : info.starts_message()                  ? std::min(len, qp->resp.tm_skip)
+                                                                     : 0;
+      if (skip < len && !copy_to_rwqe(qp, p.payload.data() + skip, len - skip)) {
         const bool too_long = qp->resp.rwqe_offset + len > [&] {
           uint64_t cap = 0;
           for (uint32_t i = 0; i < qp->resp.rwqe.num_sge; ++i) cap += qp->resp.rwqe.sge[i].length;
@@ -321,7 +329,11 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         }
         set_resp_state(qp, Responder::State::kIdle);
         qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
-        complete_recv(qp, p, IBV_WC_SUCCESS);
+        if (tm) {
+          tm_complete(qp, p);
+        } else {
+          complete_recv(qp, p, IBV_WC_SUCCESS);
+        }
       }
       break;
     }

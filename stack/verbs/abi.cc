@@ -96,6 +96,13 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
     a.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
     a.max_wq_type_rq = static_cast<uint32_t>(a.orig_attr.max_qp);
   }
+  // Tag matching on RC (tag_matching.cc): the list, rendezvous headers up to 64 bytes; list
+  // operations complete at once, so any number may be outstanding.
+  a.tm_caps.flags = IBV_TM_CAP_RC;
+  a.tm_caps.max_num_tags = Engine::kTmMaxTags;
+  a.tm_caps.max_rndv_hdr_size = Engine::kTmMaxRndvHdr;
+  a.tm_caps.max_ops = static_cast<uint32_t>(a.orig_attr.max_srq_wr);
+  a.tm_caps.max_sge = static_cast<uint32_t>(a.orig_attr.max_srq_sge);
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   // Completion timestamps count nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock of 64 bits.
   a.completion_timestamp_mask = ~uint64_t{0};

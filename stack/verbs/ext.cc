@@ -61,6 +61,11 @@ uint8_t cq_read_dlid_path_bits(ibv_cq_ex* c) { return cq_of(c)->ex_wc.dlid_path_
 // Completion timestamps: the engine's clock (CLOCK_MONOTONIC, in ns: hca_core_clock 1 GHz) when
 // it made the completion; as wall-clock time, that instant on CLOCK_REALTIME.
 uint64_t cq_read_completion_ts(ibv_cq_ex* c) { return cq_of(c)->polled_ts_ns; }
+// Tag matching: the tag of the message (0 for one that matched no buffer), as its header had it.
+void cq_read_tm_info(ibv_cq_ex* c, ibv_wc_tm_info* info) {
+  info->tag = cq_of(c)->polled_tag;
+  info->priv = 0;
+}
 uint64_t cq_read_completion_wallclock_ns(ibv_cq_ex* c) {
   timespec mono{}, real{};
   clock_gettime(CLOCK_MONOTONIC, &mono);
@@ -75,7 +80,7 @@ uint64_t cq_read_completion_wallclock_ns(ibv_cq_ex* c) {
 constexpr uint64_t kStandardWcFlags = IBV_WC_STANDARD_FLAGS;
 constexpr uint64_t kStampWcFlags = uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP} |
                                    uint64_t{IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
-constexpr uint64_t kCqWcFlags = kStandardWcFlags | kStampWcFlags;
+constexpr uint64_t kCqWcFlags = kStandardWcFlags | kStampWcFlags | uint64_t{IBV_WC_EX_WITH_TM_INFO};
 
 ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD}) {
@@ -122,6 +127,7 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   x.read_dlid_path_bits = cq_read_dlid_path_bits;
   x.read_completion_ts = cq_read_completion_ts;
   x.read_completion_wallclock_ns = cq_read_completion_wallclock_ns;
+  x.read_tm_info = cq_read_tm_info;
   return &x;
 }
 

@@ -540,8 +540,10 @@ ibv_qp* create_qp_in(ibv_context* ctx, ibv_pd* pd, ibv_qp_init_attr* attr, Xrcd*
   return &q;
 }
 
-ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* cq) {
-  if (xrcd != nullptr && (xrcd->ibv.context != pd->context || cq->context != pd->context)) {
+ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* cq,
+                       const ibv_tm_cap* tm) {
+  if ((xrcd != nullptr && xrcd->ibv.context != pd->context) ||
+      (cq != nullptr && cq->context != pd->context)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -549,7 +551,7 @@ ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* 
   Srq* srq;
   {
     EngineLock lock(rt);
-    srq = rt->engine->create_srq(pd_of(pd), attr, xrcd, cq != nullptr ? to_cq(cq) : nullptr);
+    srq = rt->engine->create_srq(pd_of(pd), attr, xrcd, cq != nullptr ? to_cq(cq) : nullptr, tm);
   }
   if (srq == nullptr) return nullptr;
   srq->ibv.context = pd->context;

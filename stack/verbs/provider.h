@@ -213,7 +213,8 @@ struct ContextState {
 /// Object creation shared by the plain and the extended verbs (objects.cc): an XRC target QP
 /// takes `xrcd` and no PD; an XRC SRQ takes `xrcd` and the CQ its receives complete on.
 ibv_qp* create_qp_in(ibv_context* ctx, ibv_pd* pd, ibv_qp_init_attr* attr, Xrcd* xrcd);
-ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* cq);
+ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* cq,
+                       const ibv_tm_cap* tm = nullptr);
 /// XRC (xrc.cc): the context ops, and ibv_close_device's closing of the domains left open.
 void install_xrc_ops(Context* ctx);
 void close_context_xrcds(ContextState* s);

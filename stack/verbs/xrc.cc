@@ -100,15 +100,14 @@ ibv_srq* op_create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* a) {
   }
   const ibv_srq_type type =
       (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a->srq_type : IBV_SRQT_BASIC;
-  if (type == IBV_SRQT_TM || (a->comp_mask & IBV_SRQ_INIT_ATTR_TM)) {
-    errno = EOPNOTSUPP;  // tag matching
-    return nullptr;
-  }
-  const bool xrc = type == IBV_SRQT_XRC;
-  if ((type != IBV_SRQT_BASIC && !xrc) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
+  // XRC: a domain and a CQ; tag matching (tag_matching.cc): a CQ and the list's size.
+  const bool xrc = type == IBV_SRQT_XRC, tm = type == IBV_SRQT_TM;
+  const bool has_cq = (a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) && a->cq != nullptr;
+  if ((type != IBV_SRQT_BASIC && !xrc && !tm) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
       a->pd == nullptr || a->pd->context != ctx ||
-      (xrc && (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || a->xrcd == nullptr ||
-               !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || a->cq == nullptr))) {
+      (xrc && (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || a->xrcd == nullptr || !has_cq)) ||
+      (tm && (!(a->comp_mask & IBV_SRQ_INIT_ATTR_TM) || !has_cq)) ||
+      (!tm && (a->comp_mask & IBV_SRQ_INIT_ATTR_TM))) {
     errno = EINVAL;
     return nullptr;
   }
@@ -116,9 +115,18 @@ ibv_srq* op_create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* a) {
   basic.srq_context = a->srq_context;
   basic.attr = a->attr;
   ibv_srq* srq = create_srq_in(a->pd, &basic, xrc ? to_xrcd(a->xrcd) : nullptr,
-                               xrc ? a->cq : nullptr);
+                               xrc || tm ? a->cq : nullptr, tm ? &a->tm_cap : nullptr);
   if (srq != nullptr) a->attr = basic.attr;
   return srq;
+}
+
+// ibv_post_srq_ops(3): a tag-matching SRQ's list operations (the engine's, under its lock: they
+// complete at once).
+int op_post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad) {
+  if (srq == nullptr || op == nullptr) return EINVAL;
+  Runtime* rt = runtime_of(srq->context);
+  EngineLock engine(rt);
+  return rt->engine->post_srq_ops(to_srq(srq), op, bad);
 }
 
 int op_get_srq_num(ibv_srq* srq, uint32_t* num) {
@@ -133,6 +141,7 @@ void install_xrc_ops(Context* ctx) {
   ctx->vctx.close_xrcd = op_close_xrcd;
   ctx->vctx.create_srq_ex = op_create_srq_ex;
   ctx->vctx.get_srq_num = op_get_srq_num;
+  ctx->vctx.post_srq_ops = op_post_srq_ops;
 }
 
 void close_context_xrcds(ContextState* s) {

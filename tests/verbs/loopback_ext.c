@@ -72,12 +72,12 @@ int main(void) {
                                                          IBV_WC_EX_WITH_QP_NUM};
   struct ibv_cq_ex* cq = ibv_create_cq_ex(ctx, &ca);
   CHECK(cq, "ibv_create_cq_ex: %s", strerror(errno));
-  struct ibv_cq_init_attr_ex tm = ca;
-  tm.wc_flags |= IBV_WC_EX_WITH_TM_INFO;
+  struct ibv_cq_init_attr_ex tag = ca;
+  tag.wc_flags |= IBV_WC_EX_WITH_FLOW_TAG;
   errno = 0;
-  CHECK(ibv_create_cq_ex(ctx, &tm) == NULL && errno == EOPNOTSUPP,
-        "a CQ with tag matching's fields: errno %d", errno);
-  printf("ok: ibv_create_cq_ex (tag matching's fields: EOPNOTSUPP)\n");
+  CHECK(ibv_create_cq_ex(ctx, &tag) == NULL && errno == EOPNOTSUPP,
+        "a CQ with flow tags: errno %d", errno);
+  printf("ok: ibv_create_cq_ex (flow tags: EOPNOTSUPP)\n");
 
   struct ibv_qp_init_attr_ex qa = {
       .send_cq = ibv_cq_ex_to_cq(cq), .recv_cq = ibv_cq_ex_to_cq(cq), .qp_type = IBV_QPT_RC,
