@@ -243,7 +243,7 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
     ack_upto(qp, w.first_psn);
     if (qp->state == IBV_QPS_ERR) return;
     if (info.op == Operation::kAtomicAck) {
-      if (w.opcode == IBV_WR_RDMA_READ) {
+      if (w.info().kind != WrKind::kAtomic) {
         fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
         return;
       }
@@ -254,6 +254,15 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
         return;
       }
+    } else if (w.info().kind == WrKind::kAtomicWrite) {
+      // Its answer: a READ RESPONSE ONLY without data (IBA 1.5, as rxe sends it).
+      if (!p.payload.empty() || info.pos != Position::kOnly) {
+        fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
+        return;
+      }
+      widen_cwnd(qp, psn + 1);
+      qp->comp.psn = psn + 1;
+      note_progress(qp);
     } else {
       if (w.opcode != IBV_WR_RDMA_READ) {
         fail_send(qp, w, IBV_WC_BAD_RESP_ERR);

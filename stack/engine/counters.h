@@ -57,6 +57,7 @@ namespace uroce {
   X(dup_requests, "duplicate requests received (PSN behind ePSN)")                      \
   X(dup_reads_replayed, "duplicate READ requests answered from saved state")            \
   X(dup_atomics_replayed, "duplicate atomics answered without executing again")         \
+  X(flushes, "FLUSH requests carried out (global visibility, persistence: msync)")      \
   X(replays_dropped, "replays of old READs/atomics given up for a newer request's slot")  \
   X(out_of_seq_requests, "requests ahead of ePSN (a packet was lost)")                  \
   X(seq_naks_sent, "NAK PSN sequence error sent")                                       \

@@ -526,6 +526,8 @@ class Engine {
   void mcast_receive(const wire::ParsedPacket& p);
   static bool pkey_matches(uint16_t pkey);  // a packet's P_Key against our partition
   void execute_request(Qp* qp, const wire::ParsedPacket& p);
+  /// ATOMIC WRITE and FLUSH, executed: their answer queued as a READ of nothing.
+  void answer_with_empty_read_response(Qp* qp, Psn psn);
   /// An XRC target's request: binds the SRQ its XRCETH names (false: NAKed, QP in error).
   bool bind_xrc_srq(Qp* qp, const wire::ParsedPacket& p);
   void duplicate_request(Qp* qp, const wire::ParsedPacket& p);

@@ -38,7 +38,8 @@ bool Engine::prepare_wqe(Qp* qp, SendWqe& w) {
   // Check every local buffer once, before the first packet (the per-packet copy checks again,
   // cheaply, in case an MR went away). READ and atomic results are written: LOCAL_WRITE.
   if (w.is_inline) return true;
-  const int need = w.uses_rd_atomic() ? IBV_ACCESS_LOCAL_WRITE : 0;
+  const WrKind k = w.info().kind;
+  const int need = k == WrKind::kRead || k == WrKind::kAtomic ? IBV_ACCESS_LOCAL_WRITE : 0;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     uint8_t* host;
     if (w.sge[i].length != 0 &&

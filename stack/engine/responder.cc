@@ -3,7 +3,11 @@
 // PSN-sequence-error NAK), the opcode sequence, lengths, R_Keys and access rights — and only
 // then touches memory. Sends ACKs (coalesced per poll), READ responses segmented by the MTU,
 // atomic ACKs, RNR NAKs and error NAKs; delivers receive completions.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "engine/engine.h"
@@ -474,23 +478,83 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if ((r.va & 7) != 0 || (reinterpret_cast<uintptr_t>(host) & 7) != 0 || r.dma_len != 8) {
+      if ((r.va & 7) != 0 || (reinterpret_cast<uintptr_t>(host) & 7) != 0 || r.dma_len != 8 ||
+          !claim_res(qp)) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
       uint64_t v;
       std::memcpy(&v, p.payload.data(), 8);
       __atomic_store_n(reinterpret_cast<uint64_t*>(host), v, __ATOMIC_SEQ_CST);
-      qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
-      break;
+      answer_with_empty_read_response(qp, psn);
+      return;
+    }
+    case Operation::kFlush: {
+      // FLUSH (IBA 1.5 oA19): what was written to the range (FETH selectivity 0: the RETH's
+      // range; 1: the whole MR or window) made visible to every later reader (placement bit
+      // 0, global visibility) and durable (bit 1, persistence). Host memory is coherent: a
+      // fence makes it visible. Durable: msync(MS_SYNC) of the range, which writes a file's
+      // pages (an MR over a file mapping, e.g. DAX on persistent memory) to their device;
+      // anonymous memory has nothing to write back. The right to flush is the right to write.
+      const RethRepr& r = p.hdr.ext.reth;
+      const FethRepr& f = p.hdr.ext.feth;
+      if (f.placement() == 0 || (f.placement() & ~3u) != 0 || f.selectivity() > 1) {
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      uint64_t va = r.va, flen = r.dma_len;
+      if (f.selectivity() == 1) {  // the whole region the key names
+        if (const mem::Mr* m = mrs_.find(r.rkey); m != nullptr) {
+          va = m->iova;
+          flen = m->length;
+        } else if (const mem::Mw* w = mrs_.find_mw(r.rkey); w != nullptr) {
+          va = w->base;
+          flen = w->length;
+        }
+      }
+      uint8_t* host = nullptr;
+      if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
+          mrs_.check_remote(r.rkey, qp->pd, qp->qpn, va, flen, IBV_ACCESS_REMOTE_WRITE, &host,
+                            /*fault_in=*/false) != mem::AccessError::kOk) {
+        reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      if (!claim_res(qp)) {
+        reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if ((f.placement() & 2) && flen != 0) {
+        const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+        const uintptr_t from = reinterpret_cast<uintptr_t>(host) & ~(page - 1);
+        const uintptr_t to = reinterpret_cast<uintptr_t>(host) + flen;
+        if (msync(reinterpret_cast<void*>(from), to - from, MS_SYNC) != 0) {
+          reject(NakCode::kRemoteOpError, IBV_WC_REM_OP_ERR);  // the write-back failed
+          return;
+        }
+      }
+      counters_.inc(Counter::flushes);
+      answer_with_empty_read_response(qp, psn);
+      return;
     }
     default:
-      // FLUSH is not supported (yet): the requester learns it from the NAK.
       reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
       return;
   }
   qp->resp.epsn = psn + 1;
   if (rc && p.hdr.bth.ack_req) queue_ack(qp, psn);
+}
+
+void Engine::answer_with_empty_read_response(Qp* qp, Psn psn) {
+  // ATOMIC WRITE and FLUSH are answered as a READ of nothing: a READ RESPONSE ONLY without
+  // data, from a resource (in order with READ responses before it; a duplicate replays it).
+  RdAtomicRes& res = qp->resp.res[qp->resp.res_next];
+  qp->resp.res_next = (qp->resp.res_next + 1) % qp->max_dest_rd_atomic;
+  qp->resp.msn = (qp->resp.msn + 1) & 0xFFFFFF;
+  res = RdAtomicRes{true, false, psn, 1, 0, 0, 0, 0, 0, true, false, qp->pd};
+  ++qp->resp.res_sending;
+  qp->resp.epsn = psn + 1;
+  schedule(qp);
 }
 
 void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
@@ -525,6 +589,20 @@ void Engine::duplicate_request(Qp* qp, const ParsedPacket& p) {
       r->sending = true;
       r->replay = true;
       counters_.inc(Counter::dup_reads_replayed);
+      schedule(qp);
+      return;
+    }
+    case Operation::kAtomicWrite:
+    case Operation::kFlush: {
+      // Not executed again: the empty READ response replayed (dropped if its resource went
+      // to a newer request, as rxe does).
+      RdAtomicRes* r = find_res(qp, psn);
+      if (r == nullptr || r->atomic || r->length != 0 || r->first_psn != psn) return;
+      if (!r->sending) ++qp->resp.res_sending;
+      r->next = 0;
+      r->sending = true;
+      r->replay = true;
+      counters_.inc(Counter::dup_atomics_replayed);
       schedule(qp);
       return;
     }

@@ -40,8 +40,8 @@ struct WrOpInfo {
   WrKind kind = WrKind::kUnsupported;
   uint8_t qp_types = 0;
   // The responder answers from one of its READ/atomic resources: max_rd_atomic bounds how
-  // many are in flight, a fence waits for them, and the answer is written into the local
-  // SGEs (which need LOCAL_WRITE).
+  // many are in flight, a fence waits for them; a READ's and an atomic's answer is written
+  // into the local SGEs (which need LOCAL_WRITE).
   bool rd_atomic = false;
   // One request packet whatever the length (a READ request, the atomics).
   bool one_packet = false;
@@ -83,7 +83,9 @@ constexpr WrOpInfo request_op(const char* name, WrKind kind, uint8_t types, ibv_
   WrOpInfo i{name};
   i.kind = kind;
   i.qp_types = types;
-  i.rd_atomic = kind != WrKind::kAtomicWrite;
+  // ATOMIC WRITE too: its answer is a READ RESPONSE without data (IBA 1.5 oA19; rxe's, from
+  // one of the responder's resources, replayed for a duplicate as a READ's is).
+  i.rd_atomic = true;
   i.one_packet = true;
   i.one_psn = kind != WrKind::kRead;
   i.inline_ok = kind == WrKind::kAtomicWrite;  // ibv_wr_atomic_write passes its 8 bytes by value

@@ -56,6 +56,82 @@ TEST_F(Responder, DuplicateWriteIsReAckedNotReExecuted) {
   EXPECT_EQ(engine->counters()[Counter::dup_requests], 1u);
 }
 
+// ATOMIC WRITE and FLUSH (IBA 1.5 oA19) are answered as a READ of nothing: a READ RESPONSE
+// ONLY without data, with the ACK syndrome and the MSN, from a READ/atomic resource; a
+// duplicate is answered the same way and not executed again.
+TEST_F(Responder, AtomicWriteIsAnsweredByAnEmptyReadResponseAndNotRedoneForADuplicate) {
+  std::vector<uint8_t> v = {1, 2, 3, 4, 5, 6, 7, 8};
+  send(opcode::kRcAtomicWrite, kEpsn, v, reth(64, 8));
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
+  EXPECT_TRUE(out[0].payload.empty());
+  EXPECT_EQ(0, std::memcmp(mem.data() + 32 + 64, v.data(), 8));
+  mem[32 + 64] = 0x77;  // a duplicate executed again would put 1 back
+  send(opcode::kRcAtomicWrite, kEpsn, v, reth(64, 8));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_EQ(mem[32 + 64], 0x77);
+  // Unaligned: invalid request.
+  send(opcode::kRcAtomicWrite, kEpsn + 1, v, reth(65, 8));
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
+}
+
+TEST_F(Responder, FlushOfARangeOrAWholeRegionIsAnsweredByAnEmptyReadResponse) {
+  ExtHeaders x = reth(0, 256);
+  x.feth.raw = 0x1;  // global visibility, the range
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn);
+  EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
+  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
+  // Persistence, the whole MR (the RETH's range is not looked at): msync of its pages.
+  x = reth(0, 0);
+  x.feth.raw = 0x2 | (1u << 4);
+  send(opcode::kRcFlush, kEpsn + 1, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].hdr.ext.aeth.msn, 2u);
+  EXPECT_EQ(engine->counters()[Counter::flushes], 2u);
+  // A duplicate: answered again, not counted as a flush again.
+  send(opcode::kRcFlush, kEpsn + 1, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 1);
+  EXPECT_EQ(engine->counters()[Counter::flushes], 2u);
+  EXPECT_TRUE(guards_intact());
+}
+
+TEST_F(Responder, FlushBeyondTheRegionOrWithoutAPlacementIsRefused) {
+  ExtHeaders x = reth(4000, 200);  // past the MR's 4096 bytes
+  x.feth.raw = 0x1;
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  side_qp(o);  // (the first QP is in error now)
+  x = reth(0, 16);
+  x.feth.raw = 0;  // no placement type at all
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
+}
+
 // The ACK rides with the reply (Engine::hold_acks_next_poll, docs/threading.md): asked to,
 // a poll whose only frames are ACKs keeps them for the application's reply.
 class AckHold : public Responder {

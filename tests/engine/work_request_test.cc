@@ -59,13 +59,13 @@ TEST(WorkRequestTable, FactsPerOpcode) {
   EXPECT_EQ(wr_info(IBV_WR_ATOMIC_FETCH_AND_ADD).wc_opcode, IBV_WC_FETCH_ADD);
   EXPECT_EQ(wr_info(IBV_WR_ATOMIC_WRITE).wc_opcode, IBV_WC_ATOMIC_WRITE);
   EXPECT_EQ(wr_info(IBV_WR_LOCAL_INV).wc_opcode, IBV_WC_LOCAL_INV);
-  // The responder's READ/atomic resources: READ and the two atomics that return a value;
-  // ATOMIC WRITE is acknowledged like a WRITE.
+  // The responder's READ/atomic resources: READ, the two atomics that return a value, and
+  // ATOMIC WRITE (answered by a READ RESPONSE without data, IBA 1.5).
   std::set<int> rd_atomic;
   for (int op = 0; op <= kLastOpcode; ++op)
     if (wr_info(op).rd_atomic) rd_atomic.insert(op);
   EXPECT_EQ(rd_atomic, (std::set<int>{IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP,
-                                      IBV_WR_ATOMIC_FETCH_AND_ADD}));
+                                      IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE}));
   // PSNs: a READ one per response packet, an atomic one.
   EXPECT_FALSE(wr_info(IBV_WR_RDMA_READ).one_psn);
   EXPECT_TRUE(wr_info(IBV_WR_ATOMIC_WRITE).one_psn);
