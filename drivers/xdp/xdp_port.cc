@@ -3,6 +3,9 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
 #include <linux/if_link.h>
 #include <linux/if_xdp.h>
 #include <linux/neighbour.h>
@@ -183,7 +186,7 @@ struct XdpPort::Impl {
   xsk_umem* umem = nullptr;
   std::vector<Queue> queues;  // sized once (the umem keeps pointers to queue 0's rings)
   xsk_ring_prod tx{};         // queue 0's
-  int epoll_fd = -1;          // several queues: readable when any of them is
+  int epoll_fd = -1;          // readable when any queue is (or the raw socket)
   bpf_object* obj = nullptr;
   uint32_t prog_id = 0;  // attached by us
   int count_map = -1;
@@ -208,6 +211,7 @@ struct XdpPort::Impl {
 XdpPort::XdpPort(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 XdpPort::~XdpPort() {
+  if (raw_fd_ >= 0) close(raw_fd_);
   impl_.reset();  // socket and umem first: the kernel lets go of the pages
   if (umem_ != nullptr) munmap(umem_, size_t{frames_.size()} * kSlot);
 }
@@ -363,8 +367,7 @@ std::unique_ptr<XdpPort> XdpPort::open(const XdpConfig& cfg, std::string* error)
     }
   }
   p->tx_fd_ = m.queues[0].fd;
-  p->fd_ = p->tx_fd_;
-  if (nq > 1) {  // one descriptor to sleep on for all of them
+  {  // one descriptor to sleep on for all of them (and the raw socket, receive_all)
     m.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     for (const Queue& q : m.queues) {
       epoll_event ev{};
@@ -494,8 +497,61 @@ uint16_t XdpPort::rx_burst(uint64_t now_ns, std::span<Frame*> out) {
     if (kept < out.size()) kept = static_cast<uint16_t>(kept + receive(q, out.subspan(kept)));
   }
   next_queue_ = (next_queue_ + 1) % nq;
+  // Raw-packet QPs' flows: what the kernel got, copied into frames of ours.
+  while (raw_fd_ >= 0 && kept < out.size()) {
+    Frame* f = alloc_frame();
+    if (f == nullptr) break;
+    const ssize_t n = recv(raw_fd_, f->data, f->cap, MSG_DONTWAIT | MSG_TRUNC);
+    if (n <= 0 || static_cast<size_t>(n) > f->cap) {
+      free_frame(f);
+      if (n <= 0) break;
+      ++rx_oversize_;
+      continue;
+    }
+    f->len = static_cast<uint32_t>(n);
+    out[kept++] = f;
+  }
   rx_frames_ += kept;
   return kept;
+}
+
+bool XdpPort::receive_all(bool on) {
+  Impl& m = *impl_;
+  if (!on) {
+    if (raw_fd_ >= 0) {
+      epoll_ctl(m.epoll_fd, EPOLL_CTL_DEL, raw_fd_, nullptr);
+      close(raw_fd_);
+      raw_fd_ = -1;
+    }
+    return true;
+  }
+  if (raw_fd_ >= 0) return true;
+  // Protocol 0 until the filter is on: no frame is queued before it.
+  const int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  // What the kernel receives, not what this host sends.
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, 0),
+      BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(code)), code};
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(ETH_P_ALL);
+  ll.sll_ifindex = m.ifindex;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = UINT32_MAX;
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0 ||
+      bind(fd, reinterpret_cast<sockaddr*>(&ll), sizeof ll) != 0 ||
+      epoll_ctl(m.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    close(fd);
+    return false;
+  }
+  raw_fd_ = fd;
+  return true;
 }
 
 uint16_t XdpPort::receive(Queue& q, std::span<Frame*> out) {

@@ -57,11 +57,14 @@ class XdpPort final : public Port {
   void free_frame(Frame* f) override;
   uint32_t max_frame_len() const override { return max_frame_; }
   std::array<uint8_t, 6> mac() const override { return mac_; }
-  /// Queue 0's socket, or with several queues an epoll descriptor over all of them.
+  /// An epoll descriptor over the queues' sockets (and the raw socket while it is open).
   int wait_fd() const override { return fd_; }
-  /// Any frame can be sent; only RoCE's reach the sockets (the steering program passes the
-  /// rest to the kernel), so flows cannot be had here (yet).
   bool raw_frames() const override { return true; }
+  /// The steering program hands the sockets RoCE's frames only and passes the rest to the
+  /// kernel: while `on`, a packet socket on the interface takes a copy of every frame the
+  /// kernel receives there (not what it sends), merged into rx_burst. The kernel keeps its
+  /// copy (as IBV_FLOW_ATTR_FLAGS_DONT_TRAP).
+  bool receive_all(bool on) override;
 
   /// One line for `uroce devinfo`.
   const std::string& describe() const { return description_; }
@@ -109,6 +112,7 @@ class XdpPort final : public Port {
   uint32_t max_frame_ = 0;
   std::array<uint8_t, 6> mac_{};
   int fd_ = -1;                   // wait_fd()
+  int raw_fd_ = -1;               // receive_all: the packet socket, -1 when closed
   int tx_fd_ = -1;                // queue 0's socket
   std::string description_;
   uint64_t rx_frames_ = 0, tx_frames_ = 0, rx_oversize_ = 0;

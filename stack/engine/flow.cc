@@ -233,4 +233,19 @@ int compile_flow(const ibv_flow_attr* attr, FlowRule* out) {
   return 0;
 }
 
+uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> input) {
+  // For every set bit of the input, the 32 key bits starting at that bit's position are
+  // XORed into the result (the key must be 4 bytes longer than the input).
+  const auto key_at = [&key](size_t j) -> uint32_t { return j < key.size() ? key[j] : 0; };
+  uint32_t result = 0;
+  uint32_t window = key_at(0) << 24 | key_at(1) << 16 | key_at(2) << 8 | key_at(3);
+  for (size_t i = 0; i < input.size(); ++i) {
+    for (int bit = 7; bit >= 0; --bit) {
+      if ((input[i] >> bit) & 1) result ^= window;
+      window = window << 1 | ((key_at(i + 4) >> bit) & 1);
+    }
+  }
+  return result;
+}
+
 }  // namespace uroce

@@ -2,8 +2,9 @@
 //
 // A raw-packet QP has no transport: a send WQE's bytes are one whole Ethernet frame, sent as
 // they are; a receive WQE takes one whole frame that the QP's flow rules steered to it. Only
-// frames that are not RoCE are steered (RoCE's go to the transport, whatever a rule says), so
-// RoCE and raw traffic never see each other's frames. Which QP gets a frame (as an RNIC's
+// frames that are not RoCE's are steered: one with UDP destination port 4791 goes to the
+// transport however malformed, whatever a rule says, so RoCE and raw traffic never see each
+// other's frames. Which QP gets a frame (as an RNIC's
 // steering does it, IBV_FLOW_ATTR_* in ibv_create_flow(3)):
 //   - the NORMAL rules that match, at the best (lowest) priority among them: every QP with
 //     such a rule gets one copy (a rule with the drop action instead: nobody does);
@@ -11,7 +12,8 @@
 //     none) the ALL_DEFAULT rules' QPs.
 // A frame a raw QP sends to this device's own MAC loops back (tx_frame); one to a multicast or
 // broadcast address goes out and is also steered here, to the sender too unless it was
-// created with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB.
+// created with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB. RSS (below): a receive-only raw QP whose
+// frames go to one of its indirection table's work queues by the Toeplitz hash.
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -56,22 +58,6 @@ size_t rss_input(const FrameFields& f, uint64_t fields, uint8_t* out) {
 constexpr size_t toeplitz_key_need(size_t n) { return n + 4; }
 
 }  // namespace
-
-uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> input) {
-  // For every set bit of the input, the 32 key bits starting at that bit's position are
-  // XORed into the result (the key must be 4 bytes longer than the input).
-  uint32_t result = 0;
-  uint32_t window = static_cast<uint32_t>(key[0]) << 24 | static_cast<uint32_t>(key[1]) << 16 |
-                    static_cast<uint32_t>(key[2]) << 8 | key[3];
-  for (size_t i = 0; i < input.size(); ++i) {
-    for (int bit = 7; bit >= 0; --bit) {
-      if ((input[i] >> bit) & 1) result ^= window;
-      const size_t next = i + 4 < key.size() ? key[i + 4] : 0;
-      window = window << 1 | ((next >> bit) & 1);
-    }
-  }
-  return result;
-}
 
 // ---- Receive work queues, indirection tables, RSS QPs -----------------------------------
 
