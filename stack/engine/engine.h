@@ -212,7 +212,10 @@ class Engine {
   /// opcode, handle or SGE count), ENOMEM (max_num_tags in the list); *bad names it.
   int post_srq_ops(Srq* srq, ibv_ops_wr* wr, ibv_ops_wr** bad);
   /// What a device reports in ibv_device_attr_ex.tm_caps.
-  static constexpr uint32_t kTmMaxTags = 64, kTmMaxRndvHdr = 64, kTmInternalWqes = 32;
+  static constexpr uint32_t kTmMaxTags = 64, kTmMaxRndvHdr = 64;
+  /// Send-queue slots a QP on a tag-matching SRQ keeps for the device's own work: a READ and
+  /// a FIN for each tagged buffer that can be matched at once.
+  static constexpr uint32_t kTmInternalWqes = 2 * kTmMaxTags;
   Xrcd* create_xrcd();
   int destroy_xrcd(Xrcd* xrcd);  // EBUSY while SRQs or target QPs belong to it
   int modify_srq(Srq* srq, ibv_srq_attr* attr, int mask);
@@ -521,8 +524,11 @@ class Engine {
   void tm_complete(Qp* qp, const wire::ParsedPacket& p);
   /// An internal WQE (the rendezvous READ or FIN) is done.
   void tm_internal_done(Qp* qp, const SendWqe& w);
-  /// Queues work the device posts itself on `qp`'s send queue (its reserved slots).
+  /// Queues work the device posts itself on `qp`'s send queue (its reserved slots). Never
+  /// waits for a poster (one may hold the queue from ibv_wr_start on): a busy queue gets it
+  /// at the next pass (take_pending_internal, at the requester's start).
   void post_internal(Qp* qp, const SendWqe& w);
+  void take_pending_internal(Qp* qp);
   void mcast_receive(const wire::ParsedPacket& p);
   static bool pkey_matches(uint16_t pkey);  // a packet's P_Key against our partition
   void execute_request(Qp* qp, const wire::ParsedPacket& p);

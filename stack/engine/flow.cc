@@ -80,7 +80,7 @@ bool read_fields(std::span<const uint8_t> frame, FrameFields* out) {
     const uint32_t word = static_cast<uint32_t>(d[off]) << 24 | static_cast<uint32_t>(d[off + 1]) << 16 |
                           static_cast<uint32_t>(d[off + 2]) << 8 | d[off + 3];
     out->ip6_traffic_class = static_cast<uint8_t>(word >> 20);
-    out->ip6_flow_label = word & 0xFFFFF;
+    out->ip6_flow_label = htonl(word & 0xFFFFF);
     out->ip6_next_hdr = proto = d[off + 6];
     out->ip6_hop_limit = d[off + 7];
     std::memcpy(out->ip6_src.data(), d + off + 8, 16);

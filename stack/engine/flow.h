@@ -23,7 +23,7 @@ struct FrameFields {
   uint32_t ip4_src = 0, ip4_dst = 0;
   uint8_t ip4_proto = 0, ip4_tos = 0, ip4_ttl = 0, ip4_flags = 0;
   std::array<uint8_t, 16> ip6_src{}, ip6_dst{};
-  uint32_t ip6_flow_label = 0;  // host order, as ibv_flow_ipv6_filter's (20 bits)
+  uint32_t ip6_flow_label = 0;  // 20 bits, network order (as the kernel's ABI takes the filter's)
   uint8_t ip6_next_hdr = 0, ip6_traffic_class = 0, ip6_hop_limit = 0;
   uint8_t l4 = 0;  // IPPROTO_TCP or IPPROTO_UDP when ports were read, else 0
   uint16_t src_port = 0, dst_port = 0;

@@ -118,11 +118,12 @@ struct Srq {
   struct TagList {
     struct Entry {
       bool used = false;
+      uint32_t gen = 0;  // bumped when the buffer is consumed or deleted: stale handles fail
       uint64_t seq = 0;  // when it was added: the oldest match wins
       uint64_t tag = 0, mask = 0;
       RecvWqe wqe;  // recv_wr_id and the buffers
     };
-    std::vector<Entry> entries;  // max_num_tags; handle = index + 1
+    std::vector<Entry> entries;  // max_num_tags; handle = gen << 8 | (index + 1)
     uint64_t next_seq = 0;
     uint32_t unexpected = 0;  // messages that matched no tag (the device's count)
     uint32_t synced = 0;      // the count software last synchronised with (IBV_WR_TAG_SYNC)
@@ -403,8 +404,12 @@ struct Qp {
   uint32_t flows = 0;
   bool block_self_lb = false;
   // Send queue slots kept for work the device posts itself (tag matching's rendezvous):
-  // the application may fill the rest.
+  // the application may fill the rest. `sq_internal` of the queued WQEs are the device's
+  // (written by the engine, read by posters); what the queue was too busy to take waits in
+  // `sq_pending` (engine only) for the next pass.
   uint32_t sq_reserved = 0;
+  std::atomic<uint32_t> sq_internal{0};
+  std::vector<SendWqe> sq_pending;
   // A receive work queue (ibv_create_wq(3)) is kept as a raw-packet QP with a receive queue
   // only (its number is the WQ's; RDY is RTR), in `wq_tables` indirection tables.
   bool is_wq = false;

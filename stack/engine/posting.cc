@@ -33,7 +33,9 @@ namespace {
 /// Whether the application may post `k` + 1 more WQEs (the slots kept for the device's own
 /// work are not its).
 bool app_room(const Qp* qp, size_t k = 0) {
-  return qp->sq.size() + k + qp->sq_reserved < qp->sq.capacity();
+  const size_t queued = qp->sq.size(), internal = qp->sq_internal.load(std::memory_order_relaxed);
+  const size_t apps = queued > internal ? queued - internal : 0;
+  return apps + k + qp->sq_reserved < qp->sq.capacity();
 }
 
 }  // namespace
@@ -219,13 +221,21 @@ int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,
 }
 
 void Engine::post_internal(Qp* qp, const SendWqe& w) {
-  {
-    std::lock_guard<std::mutex> producer(qp->sq_mu);
-    if (qp->sq.full()) return;  // cannot happen: one READ and one FIN per reserved pair
-    qp->sq.next_slot() = w;
-    qp->sq.commit();
-  }
+  qp->sq_pending.push_back(w);  // (grows to the most ever waiting, then stays)
+  take_pending_internal(qp);
   schedule(qp);
+}
+
+void Engine::take_pending_internal(Qp* qp) {
+  if (qp->sq_pending.empty() || !qp->sq_mu.try_lock()) return;
+  size_t n = 0;
+  for (; n < qp->sq_pending.size() && !qp->sq.full(); ++n) {
+    qp->sq.next_slot() = qp->sq_pending[n];
+    qp->sq.commit();
+    qp->sq_internal.fetch_add(1, std::memory_order_relaxed);
+  }
+  qp->sq_mu.unlock();
+  qp->sq_pending.erase(qp->sq_pending.begin(), qp->sq_pending.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 int Engine::post_recv(Qp* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad) {

@@ -269,7 +269,9 @@ void Engine::reset_qp(Qp* qp) {
     qp->last_wqe_reached = qp->comm_est_raised = false;
     qp->sq.clear();
     qp->rq.clear();
+    qp->sq_internal.store(0, std::memory_order_relaxed);
   }
+  qp->sq_pending.clear();
   // A reset QP starts afresh: completions it left in its CQs (flushed WRs of the error it
   // was reset from) go too, as RNICs clean their CQs on this transition (mlx5's cq_clean).
   if (qp->send_cq != nullptr) clean_cq(qp->send_cq, qp->qpn);

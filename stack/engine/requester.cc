@@ -183,6 +183,10 @@ void Engine::ud_send(Qp* qp, SendWqe& w) {
 
 bool Engine::requester_step(Qp* qp, uint32_t* budget) {
   if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) return false;
+  take_pending_internal(qp);
+  if (!qp->sq_pending.empty()) {
+    schedule(qp);  // the queue was busy (a poster holds it): come back
+  }
   if (qp->req.state == Requester::State::kRnrWait) return false;  // the RNR timer reschedules us
 
   bool more = false;
@@ -294,6 +298,7 @@ void Engine::retire_sq(Qp* qp) {
     if (w.internal != SendWqe::Internal::kNone) {  // the device's own (tag matching)
       const SendWqe done = w;
       qp->sq.pop();
+      qp->sq_internal.fetch_sub(1, std::memory_order_relaxed);
       tm_internal_done(qp, done);
       continue;
     }
@@ -367,6 +372,7 @@ void Engine::flush_requester(Qp* qp) {
       SendWqe done = w;
       done.status = wc.status;
       qp->sq.pop();
+      qp->sq_internal.fetch_sub(1, std::memory_order_relaxed);
       tm_internal_done(qp, done);
       continue;
     }
@@ -375,6 +381,13 @@ void Engine::flush_requester(Qp* qp) {
   }
   qp->req.cursor = qp->req.assigned_end = qp->sq.head_index();
   qp->req.rd_atomic_outstanding = 0;
+  // The device's own work that never reached the queue: its buffers complete flushed.
+  std::vector<SendWqe> pending;
+  pending.swap(qp->sq_pending);
+  for (SendWqe& w : pending) {
+    w.status = IBV_WC_WR_FLUSH_ERR;
+    tm_internal_done(qp, w);
+  }
 }
 
 void Engine::start_send_psn(Qp* qp, Psn psn) {

@@ -94,7 +94,14 @@ void Engine::complete_recv_error(Qp* qp, uint64_t wr_id, ibv_wc_status st) {
   wc.opcode = IBV_WC_RECV;
   wc.qp_num = qp->qpn;
   if (st == IBV_WC_WR_FLUSH_ERR) counters_.inc(Counter::flushed_wqes);
-  push_cqe(qp->recv_cq, wc, nullptr);
+  Cq* cq = qp->recv_cq;
+  if (qp->srq != nullptr && qp->srq->tm) {
+    // A tag-matching SRQ's completions are its CQ's; a tagged buffer's say so.
+    if (qp->srq->cq != nullptr) cq = qp->srq->cq;
+    if (qp->resp.tm == Responder::Tm::kEager || qp->resp.tm == Responder::Tm::kRndv)
+      wc.opcode = IBV_WC_TM_RECV;
+  }
+  push_cqe(cq, wc, nullptr);
 }
 
 void Engine::no_receive_wqe(Qp* qp, Psn psn) {

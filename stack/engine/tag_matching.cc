@@ -63,6 +63,7 @@ int Engine::post_srq_ops(Srq* srq, ibv_ops_wr* wr, ibv_ops_wr** bad) {
             err = ENOMEM;
           } else {
             free->used = true;
+            ++free->gen;
             free->seq = tl.next_seq++;
             free->tag = a.tag;
             free->mask = a.mask;
@@ -72,18 +73,24 @@ int Engine::post_srq_ops(Srq* srq, ibv_ops_wr* wr, ibv_ops_wr** bad) {
             for (int i = 0; i < a.num_sge; ++i)
               free->wqe.sge[static_cast<size_t>(i)] = {a.sg_list[i].addr, a.sg_list[i].length,
                                                        a.sg_list[i].lkey};
-            wr->tm.handle = static_cast<uint32_t>(free - tl.entries.begin()) + 1;
+            wr->tm.handle = (free->gen & 0xFFFFFF) << 8 |
+                            (static_cast<uint32_t>(free - tl.entries.begin()) + 1);
             wc.opcode = IBV_WC_TM_ADD;
+            // Matching is off until software reports the unexpected count: say so.
+            if (tl.unexpected != tl.synced) wc.wc_flags |= IBV_WC_TM_SYNC_REQ;
           }
           break;
         }
         case IBV_WR_TAG_DEL: {
-          const uint32_t h = wr->tm.handle;
-          if (h == 0 || h > tl.entries.size() || !tl.entries[h - 1].used) {
-            err = EINVAL;  // no such buffer (or it was consumed by a match)
+          const uint32_t h = wr->tm.handle, i = h & 0xFF;
+          Srq::TagList::Entry* e = i >= 1 && i <= tl.entries.size() ? &tl.entries[i - 1] : nullptr;
+          wc.opcode = IBV_WC_TM_DEL;
+          if (e == nullptr || (e->gen & 0xFFFFFF) != h >> 8) {
+            err = EINVAL;  // no buffer ever had this handle
+          } else if (!e->used) {
+            wc.status = IBV_WC_TM_ERR;  // consumed by a message (or deleted) already
           } else {
-            tl.entries[h - 1].used = false;
-            wc.opcode = IBV_WC_TM_DEL;
+            e->used = false;
           }
           break;
         }
@@ -98,7 +105,8 @@ int Engine::post_srq_ops(Srq* srq, ibv_ops_wr* wr, ibv_ops_wr** bad) {
       if (bad != nullptr) *bad = wr;
       return err;
     }
-    if (wr->flags & IBV_OPS_SIGNALED) push_cqe(srq->cq, wc, nullptr);
+    // Signaled, or failed (an error always completes).
+    if ((wr->flags & IBV_OPS_SIGNALED) || wc.status != IBV_WC_SUCCESS) push_cqe(srq->cq, wc, nullptr);
   }
   return 0;
 }

@@ -384,7 +384,8 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
       errno = EINVAL;
       return nullptr;
     }
-    if (flags == 0) return create_rss_qp_in(context, attr);
+    if ((flags & ~uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}) == 0)
+      return create_rss_qp_in(context, attr);  // (receive-only: nothing of its own loops back)
   }
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) ||
       (flags & ~(block_self_lb ? static_cast<uint32_t>(IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) : 0u)) ||

@@ -954,8 +954,8 @@ ibv_pd* ibv_import_pd(ibv_context* context, uint32_t handle) {
     return nullptr;
   }
   {
+    std::lock_guard<std::mutex> objs(s->obj_mu);  // then the engine's, as everywhere
     EngineLock lock(runtime_of(context));
-    std::lock_guard<std::mutex> objs(s->obj_mu);
     for (UPd* o : s->pds)
       if (!o->imported && !o->parent_domain && o->ibv.handle == handle) u->pd = o->pd;
     if (u->pd != nullptr) {

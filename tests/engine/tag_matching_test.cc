@@ -164,6 +164,11 @@ TEST(TagMatching, AnUnexpectedMessageGoesWholeToAPlainReceiveAndMatchingWaitsFor
   got = t.run(1);
   EXPECT_EQ(got[0].first.wr_id, 101u);
   EXPECT_EQ(t.p.b.engine->counters()[Counter::tm_unexpected], 2u);
+  // A buffer added now is told that matching waits for a sync.
+  ASSERT_NE(t.add(3, ~0ull, 3, 4096, 64), 0u);
+  got = t.run(1);
+  EXPECT_EQ(got[0].first.opcode, IBV_WC_TM_ADD);
+  EXPECT_TRUE(got[0].first.wc_flags & IBV_WC_TM_SYNC_REQ);
   // Software catches up with both: tag 1 matches its buffer again.
   ASSERT_EQ(t.sync(2), 0);
   got = t.run(1);
@@ -232,12 +237,19 @@ TEST(TagMatching, ListOperationsRefuseWhatTheyCannotDo) {
   del.flags = IBV_OPS_SIGNALED;
   del.tm.handle = handles[3];
   ASSERT_EQ(t.p.b.engine->post_srq_ops(t.srq, &del, nullptr), 0);
+  // Deleted already: the operation completes in error (IBV_WC_TM_ERR), as for a buffer a
+  // message consumed.
+  ASSERT_EQ(t.p.b.engine->post_srq_ops(t.srq, &del, nullptr), 0);
   ibv_ops_wr* bad = nullptr;
-  EXPECT_EQ(t.p.b.engine->post_srq_ops(t.srq, &del, &bad), EINVAL);  // gone already
+  const uint32_t stale = handles[3];
+  del.tm.handle = 0;  // no buffer ever had it
+  EXPECT_EQ(t.p.b.engine->post_srq_ops(t.srq, &del, &bad), EINVAL);
   EXPECT_EQ(bad, &del);
-  del.tm.handle = 0;
+  const uint32_t again = t.add(99, ~0ull, 99, 0, 16);  // room again: the same slot
+  EXPECT_NE(again, 0u);
+  EXPECT_NE(again, stale);
+  del.tm.handle = stale;  // the slot's earlier buffer: refused, the new one stays
   EXPECT_EQ(t.p.b.engine->post_srq_ops(t.srq, &del, nullptr), EINVAL);
-  EXPECT_NE(t.add(99, ~0ull, 99, 0, 16), 0u);  // room again
   ibv_sge three[3] = {};
   ibv_ops_wr add{};
   add.opcode = IBV_WR_TAG_ADD;
@@ -250,10 +262,21 @@ TEST(TagMatching, ListOperationsRefuseWhatTheyCannotDo) {
   Srq* basic = t.p.b.engine->create_srq(t.p.b.pd, &sa);
   ASSERT_NE(basic, nullptr);
   EXPECT_EQ(t.p.b.engine->post_srq_ops(basic, &del, nullptr), EINVAL);
-  // 8 ADDs, one DEL, one ADD signaled: their completions, in order.
-  auto got = t.run(10);
+  // The new buffer (tag 99) is the one a message finds; a DEL of it afterwards: TM_ERR.
+  t.send(IBV_TMH_EAGER, 99, 40);
+  // 8 ADDs, a DEL, a DEL in error, an ADD, the message: their completions, in order.
+  auto got = t.run(12);
   EXPECT_EQ(got[8].first.opcode, IBV_WC_TM_DEL);
-  EXPECT_EQ(got[9].first.opcode, IBV_WC_TM_ADD);
+  EXPECT_EQ(got[8].first.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[9].first.opcode, IBV_WC_TM_DEL);
+  EXPECT_EQ(got[9].first.status, IBV_WC_TM_ERR);
+  EXPECT_EQ(got[10].first.opcode, IBV_WC_TM_ADD);
+  EXPECT_EQ(got[11].first.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(got[11].first.wr_id, 99u);
+  del.tm.handle = again;
+  ASSERT_EQ(t.p.b.engine->post_srq_ops(t.srq, &del, nullptr), 0);
+  got = t.run(1);
+  EXPECT_EQ(got[0].first.status, IBV_WC_TM_ERR);  // the message consumed it
 }
 
 }  // namespace
