@@ -387,6 +387,18 @@ struct CcState {
   Timer rate_timer;
 };
 
+struct Qp;
+
+/// An RSS QP's hashing: a frame goes to the WQ of its indirection table that the Toeplitz hash
+/// of the chosen header fields picks (raw.cc). (Outside Qp: an optional of a nested struct
+/// with member initializers is not constructible for clang inside the enclosing class.)
+struct QpRss {
+  const std::vector<Qp*>* wqs = nullptr;  // the indirection table's, 2^n of them
+  uint64_t fields = 0;                    // IBV_RX_HASH_* (enum ibv_rx_hash_fields)
+  std::array<uint8_t, 64> key{};
+  uint32_t key_len = 0;
+};
+
 struct Qp {
   // First: lets the verbs layer convert ibv_qp* back to Qp*. ibv_qp_ex starts with an
   // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast.
@@ -415,14 +427,8 @@ struct Qp {
   bool is_wq = false;
   uint32_t wq_tables = 0;
   // An RSS QP (ibv_create_qp_ex(3) with IBV_QP_INIT_ATTR_RX_HASH): receives nothing itself;
-  // a frame its flows steer goes to one WQ of its table, by the Toeplitz hash of the chosen
-  // header fields (raw.cc).
-  struct Rss {
-    const std::vector<Qp*>* wqs = nullptr;  // the indirection table's, 2^n of them
-    uint64_t fields = 0;                    // IBV_RX_HASH_* (enum ibv_rx_hash_fields)
-    std::array<uint8_t, 64> key{};
-    uint32_t key_len = 0;
-  };
+  // a frame its flows steer goes to one WQ of its table (raw.cc).
+  using Rss = QpRss;
   std::optional<Rss> rss;
   // The boundary with posting threads (Engine::post_send / post_recv run without the engine
   // lock): the state as posters see it, the producer locks of the two work queues, and the
