@@ -262,8 +262,6 @@ class Engine {
   /// cannot show us every frame: Port::receive_all).
   RawFlow* create_flow(Qp* qp, const ibv_flow_attr* attr);
   int destroy_flow(RawFlow* flow);  // 0 or EINVAL (not a rule of this engine)
-  /// Whether this engine's port carries raw Ethernet frames (raw-packet QPs can be created).
-  bool raw_frames() const { return port_.raw_frames(); }
   /// ibv_create_wq(3), IBV_WQT_RQ: a receive queue whose completions go to `cq` (errno as
   /// create_qp's; EOPNOTSUPP where raw-packet QPs cannot be had).
   Qp* create_wq(mem::Pd* pd, Cq* cq, uint32_t max_wr, uint32_t max_sge);
@@ -529,6 +527,9 @@ class Engine {
   /// at the next pass (take_pending_internal, at the requester's start).
   void post_internal(Qp* qp, const SendWqe& w);
   void take_pending_internal(Qp* qp);
+  /// The send queue's front WQE is the device's own and done with `st`: gone, its buffer
+  /// completed (tm_internal_done).
+  void pop_internal(Qp* qp, ibv_wc_status st);
   void mcast_receive(const wire::ParsedPacket& p);
   static bool pkey_matches(uint16_t pkey);  // a packet's P_Key against our partition
   void execute_request(Qp* qp, const wire::ParsedPacket& p);

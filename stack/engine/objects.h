@@ -343,7 +343,6 @@ struct Responder {
   Tm tm = Tm::kNone;
   uint32_t tm_skip = 0;  // bytes of the first packet not written (an eager match's header)
   uint64_t tm_tag = 0;
-  uint32_t tm_priv = 0;
   uint64_t rndv_va = 0;  // kRndv: the sender's buffer, read once the header is in
   uint32_t rndv_rkey = 0, rndv_len = 0;
   // Coalesced ACK waiting to be sent.

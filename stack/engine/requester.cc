@@ -234,16 +234,11 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
         return false;
       }
-      if (qp->type == IBV_QPT_UD) {
-        ++qp->req.assigned_end;
-        ++qp->req.cursor;
-        ud_send(qp, w);
-        --*budget;
-        retire_sq(qp);
-        continue;
-      }
-      if (qp->type == IBV_QPT_RAW_PACKET) {
-        if (!raw_send(qp, w)) {
+      // A datagram or a raw frame: one packet, done once it is out.
+      if (qp->type == IBV_QPT_UD || qp->type == IBV_QPT_RAW_PACKET) {
+        if (qp->type == IBV_QPT_UD) {
+          ud_send(qp, w);
+        } else if (!raw_send(qp, w)) {
           more = true;  // out of frames
           break;
         }
@@ -291,15 +286,20 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
   return more;
 }
 
+void Engine::pop_internal(Qp* qp, ibv_wc_status st) {
+  SendWqe done = qp->sq.front();
+  done.status = st;
+  qp->sq.pop();
+  qp->sq_internal.fetch_sub(1, std::memory_order_relaxed);
+  tm_internal_done(qp, done);
+}
+
 void Engine::retire_sq(Qp* qp) {
   while (!qp->sq.empty() && qp->sq.head_index() < qp->req.assigned_end) {
     SendWqe& w = qp->sq.front();
     if (w.state != WqeState::kDone) break;
     if (w.internal != SendWqe::Internal::kNone) {  // the device's own (tag matching)
-      const SendWqe done = w;
-      qp->sq.pop();
-      qp->sq_internal.fetch_sub(1, std::memory_order_relaxed);
-      tm_internal_done(qp, done);
+      pop_internal(qp, w.status);
       continue;
     }
     const bool report = w.signaled || w.status != IBV_WC_SUCCESS;
@@ -369,11 +369,7 @@ void Engine::flush_requester(Qp* qp) {
     // The slot is freed before the completion shows (as in retire_sq).
     const bool report = wc.status != IBV_WC_SUCCESS || w.signaled;
     if (w.internal != SendWqe::Internal::kNone) {  // the device's own: its buffer's completion
-      SendWqe done = w;
-      done.status = wc.status;
-      qp->sq.pop();
-      qp->sq_internal.fetch_sub(1, std::memory_order_relaxed);
-      tm_internal_done(qp, done);
+      pop_internal(qp, wc.status);
       continue;
     }
     qp->sq.pop();

@@ -118,10 +118,8 @@ bool Engine::tm_begin(Qp* qp, const ParsedPacket& p) {
   const Bytes pl = p.payload;
   uint8_t op = 0xFF;
   uint64_t tag = 0;
-  uint32_t priv = 0;
   if (pl.size() >= sizeof(ibv_tmh)) {
     op = pl[0];
-    priv = be32_at(pl.data() + 4);
     tag = be64_at(pl.data() + 8);
   }
   Srq::TagList::Entry* match = nullptr;
@@ -133,14 +131,12 @@ bool Engine::tm_begin(Qp* qp, const ParsedPacket& p) {
   }
   r.tm_skip = 0;
   r.tm_tag = 0;
-  r.tm_priv = 0;
   if (match != nullptr) {
     match->used = false;
     r.rwqe = match->wqe;
     r.have_rwqe = true;
     r.rwqe_offset = 0;
     r.tm_tag = tag;
-    r.tm_priv = priv;
     if (op == IBV_TMH_EAGER) {
       r.tm = Responder::Tm::kEager;
       r.tm_skip = sizeof(ibv_tmh);
