@@ -254,8 +254,8 @@ void Engine::completer(Qp* qp, const ParsedPacket& p) {
         fail_send(qp, w, IBV_WC_LOC_PROT_ERR);
         return;
       }
-    } else if (w.info().kind == WrKind::kAtomicWrite) {
-      // Its answer: a READ RESPONSE ONLY without data (IBA 1.5, as rxe sends it).
+    } else if (w.info().kind == WrKind::kAtomicWrite || w.info().kind == WrKind::kFlush) {
+      // Their answer: a READ RESPONSE ONLY without data (IBA 1.5, as rxe sends it).
       if (!p.payload.empty() || info.pos != Position::kOnly) {
         fail_send(qp, w, IBV_WC_BAD_RESP_ERR);
         return;

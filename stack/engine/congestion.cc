@@ -53,6 +53,7 @@ void Engine::cc_reset_qp(Qp* qp) {
   qp->cc.sent_rate_mbps = 0;
   qp->cc.cnp_sent_any = false;
   qp->cc.cnps_rcvd = 0;
+  qp->cc.rate_limit_kbps = qp->cc.burst_bytes = 0;
 }
 
 void Engine::notify_congestion(Qp* qp, const ParsedPacket& p) {
@@ -163,8 +164,9 @@ void Engine::on_cc_timer(Timer& t) {
 }
 
 bool Engine::pace_wait(Qp* qp) {
-  if (!cfg_.cc.ecn || now_ >= qp->cc.pace_next_ns) return false;
-  if (!qp->cc.dcqcn.limited() && !cfg_.cc.pace_at_line_rate) return false;
+  if (now_ >= qp->cc.pace_next_ns) return false;
+  const bool dcqcn = cfg_.cc.ecn && (qp->cc.dcqcn.limited() || cfg_.cc.pace_at_line_rate);
+  if (!dcqcn && qp->cc.rate_limit_kbps == 0) return false;
   if (!qp->cc.pace_timer.armed) {
     timers_.arm(qp->cc.pace_timer, qp->cc.pace_next_ns);
     ++paced_qps_;
@@ -174,7 +176,10 @@ bool Engine::pace_wait(Qp* qp) {
 }
 
 void Engine::paced(Qp* qp, uint32_t bytes) {
-  if (!cfg_.cc.ecn) return;
+  if (!cfg_.cc.ecn) {
+    if (qp->cc.rate_limit_kbps != 0) advance_pace(qp, bytes);
+    return;
+  }
   // What it really sends: the first cut starts from there.
   if (now_ - qp->cc.sent_window_start_ns >= kRateWindowNs) {
     if (qp->cc.sent_window_start_ns != 0 && now_ - qp->cc.sent_window_start_ns < kRateStaleNs) {
@@ -186,10 +191,7 @@ void Engine::paced(Qp* qp, uint32_t bytes) {
     qp->cc.sent_window_bytes = 0;
   }
   qp->cc.sent_window_bytes += bytes;
-  // The pacer's clock (it holds packets while the rate is cut, or always at the line rate
-  // when asked: a burst then leaves at that rate, as through a NIC, not at memory's speed).
-  const uint64_t start = std::max(qp->cc.pace_next_ns, now_ > kPaceSlackNs ? now_ - kPaceSlackNs : 0);
-  qp->cc.pace_next_ns = start + qp->cc.dcqcn.wire_time_ns(bytes);
+  advance_pace(qp, bytes);
   if (!qp->cc.dcqcn.on_bytes(bytes)) return;
   if (qp->cc.dcqcn.limited()) {
     trace_rate(qp, VerbsEvent::kRateBytes);
@@ -198,6 +200,43 @@ void Engine::paced(Qp* qp, uint32_t bytes) {
     timers_.cancel(qp->cc.rate_timer);
     trace_rate(qp, VerbsEvent::kRateLine);
   }
+}
+
+int Engine::modify_rate_limit(Qp* qp, const ibv_qp_rate_limit_attr& a) {
+  // As a modify RTS -> RTS with IBV_QP_RATE_LIMIT; a burst or packet size needs a rate.
+  if (a.comp_mask != 0 || ((a.max_burst_sz != 0 || a.typical_pkt_sz != 0) && a.rate_limit == 0))
+    return EINVAL;
+  if ((qp->type != IBV_QPT_RC && qp->type != IBV_QPT_RAW_PACKET) || qp->state != IBV_QPS_RTS)
+    return EINVAL;
+  if (a.rate_limit != 0 && (a.rate_limit < kRateLimitMinKbps || a.rate_limit > kRateLimitMaxKbps))
+    return EINVAL;
+  set_rate_limit(qp, a.rate_limit, a.max_burst_sz);
+  return 0;
+}
+
+void Engine::set_rate_limit(Qp* qp, uint32_t kbps, uint32_t burst_bytes) {
+  qp->cc.rate_limit_kbps = kbps;
+  qp->cc.burst_bytes = kbps != 0 ? burst_bytes : 0;
+  // The new rate counts from now: a packet held for the old one may go at once.
+  qp->cc.pace_next_ns = std::min(qp->cc.pace_next_ns, now_);
+  trace({VerbsEvent::Kind::kRateLimit, qp->qpn, 0, 0, kbps, static_cast<int>(qp->cc.burst_bytes), 0});
+  schedule(qp);
+}
+
+void Engine::advance_pace(Qp* qp, uint32_t bytes) {
+  // The pacer's clock (it holds packets while DCQCN has cut the rate, or always at the line
+  // rate when asked: a burst then leaves at that rate, as through a NIC, not at memory's
+  // speed), and at the application's rate limit: the slower of the two. How far behind the
+  // clock it may start: the slack, or the time the limit's burst takes (a token bucket of
+  // burst_bytes).
+  uint64_t wire = cfg_.cc.ecn ? qp->cc.dcqcn.wire_time_ns(bytes) : 0;
+  uint64_t slack = kPaceSlackNs;
+  if (const uint64_t kbps = qp->cc.rate_limit_kbps; kbps != 0) {
+    wire = std::max<uint64_t>(wire, uint64_t{bytes} * 8'000'000 / kbps);
+    slack = std::max(slack, uint64_t{qp->cc.burst_bytes} * 8'000'000 / kbps);
+  }
+  const uint64_t start = std::max(qp->cc.pace_next_ns, now_ > slack ? now_ - slack : 0);
+  qp->cc.pace_next_ns = start + wire;
 }
 
 void Engine::trace_rate(const Qp* qp, int cause) const {

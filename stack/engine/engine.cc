@@ -782,10 +782,11 @@ bool Engine::push_cqe(Cq* cq, const ibv_wc& wc, Qp* qp, uint64_t tag) {
       post_event(IBV_EVENT_CQ_ERR, nullptr, cq);
     }
     // The QP whose completion was lost cannot go on (IBA 11.6.3.1, a local work queue
-    // catastrophic error): it enters the error state and raises IBV_EVENT_QP_FATAL.
+    // catastrophic error): it enters the error state and raises IBV_EVENT_QP_FATAL (a
+    // receive work queue of RSS: IBV_EVENT_WQ_FATAL).
     if (qp != nullptr && qp->state != IBV_QPS_ERR) {
       enter_error(qp);
-      post_event(IBV_EVENT_QP_FATAL, qp);
+      post_event(qp->is_wq ? IBV_EVENT_WQ_FATAL : IBV_EVENT_QP_FATAL, qp);
     }
     return false;
   }

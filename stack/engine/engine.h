@@ -232,6 +232,13 @@ class Engine {
       next_qpn_slot_ = qpn - cfg_.first_qpn;
   }
   int modify_qp(Qp* qp, ibv_qp_attr* attr, int mask);
+  /// The rate limits IBV_QP_RATE_LIMIT and ibv_modify_qp_rate_limit(3) take, in kbit/s (the
+  /// device's packet_pacing_caps), and the QP types they apply to.
+  static constexpr uint32_t kRateLimitMinKbps = 1;
+  static constexpr uint32_t kRateLimitMaxKbps = 100'000'000;  // 100 Gb/s
+  /// ibv_modify_qp_rate_limit: the limit (0: none) and the burst it allows, on an RC or raw
+  /// packet QP in RTS. 0 or the errno (EINVAL).
+  int modify_rate_limit(Qp* qp, const ibv_qp_rate_limit_attr& a);
   int query_qp(const Qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
   int destroy_qp(Qp* qp);
   Qp* qp_by_num(uint32_t qpn);
@@ -290,6 +297,17 @@ class Engine {
   /// WQEs as ibv_post_send checks its WRs and publishes all of them, or none (0 or the errno).
   SendWqe* stage_wqe(Qp* qp, size_t k);
   int commit_wqes(Qp* qp, size_t n);
+  /// One signaled FLUSH, posted as ibv_wr_flush posts it (the engine's own users: replay,
+  /// tests): `len` bytes at `va` under `rkey`, placement `type`, selectivity `level`.
+  struct FlushWr {
+    uint64_t wr_id = 0;
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t len = 0;
+    uint8_t type = UROCE_FLUSH_GLOBAL;
+    uint8_t level = UROCE_FLUSH_RANGE;
+  };
+  int post_flush(Qp* qp, const FlushWr& f);
   /// What ibv_post_send's checks look at in a work request, however it was written
   /// (an ibv_send_wr, or a WQE the ibv_wr_* builder filled in place).
   struct WrShape {
@@ -300,6 +318,9 @@ class Engine {
     bool has_ah = false;
     const ibv_mw* bind_mw = nullptr;  // IBV_WR_BIND_MW: the window and the MR it binds to
     const ibv_mr* bind_mr = nullptr;
+    uint8_t flush_type = 0;  // FLUSH: placement type and selectivity level (ibv_wr_flush)
+    uint8_t flush_level = 0;
+    uint64_t flush_len = 0;
   };
   /// The checks ibv_post_send makes on one work request: 0 or the errno.
   int check_wr(const Qp* qp, const WrShape& s) const;
@@ -448,6 +469,8 @@ class Engine {
   void cancel_pace(Qp* qp);
   /// `bytes` of `qp` went on the wire: the pacer's clock and DCQCN's byte counter.
   void paced(Qp* qp, uint32_t bytes);
+  void advance_pace(Qp* qp, uint32_t bytes);
+  void set_rate_limit(Qp* qp, uint32_t kbps, uint32_t burst_bytes);
   void trace_rate(const Qp* qp, int cause) const;
 
   // requester.cc. What other rooms may ask of the requester (it alone writes qp->req):

@@ -62,7 +62,8 @@ int access_errno(int access) {
   constexpr int kSupported = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                              IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING |
-                             IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+                             IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
+                             UROCE_ACCESS_FLUSH_GLOBAL | UROCE_ACCESS_FLUSH_PERSISTENT;
   if (!(access & ~kSupported)) return 0;
   // Zero-based MRs of host memory: only device memory's (reg_dm_mr) are.
   return (access & IBV_ACCESS_ZERO_BASED) ? EOPNOTSUPP : EINVAL;

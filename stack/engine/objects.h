@@ -191,6 +191,9 @@ struct SendWqe {
   bool is_inline = false;
   std::array<uint8_t, kMaxInline> inline_data{};
   mem::BindRequest bind{};  // IBV_WR_BIND_MW (ibv_bind_mw posts one too)
+  // FLUSH: the range's length (the RETH's DMA length), placement type, selectivity level.
+  uint32_t flush_len = 0;
+  uint8_t flush_type = 0, flush_level = 0;
 
   // Progress.
   WqeState state = WqeState::kPosted;
@@ -369,6 +372,10 @@ inline const char* role_state_name(Role r, int state) {
 /// notification point: when this QP last sent its peer a CNP.
 struct CcState {
   Dcqcn dcqcn;
+  // The application's rate limit (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit): at most this
+  // many kbit/s (0: none), bursts of up to burst_bytes at once. Held with or without DCQCN.
+  uint32_t rate_limit_kbps = 0;
+  uint32_t burst_bytes = 0;
   uint64_t pace_next_ns = 0;  // the next packet may leave at this time
   // The pacer's last slot went to a READ response: the requester (its retransmissions too)
   // goes first for the next, so that neither role starves the other.
@@ -400,12 +407,20 @@ struct QpRss {
 
 struct Qp {
   // First: lets the verbs layer convert ibv_qp* back to Qp*. ibv_qp_ex starts with an
-  // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast.
+  // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast; it is
+  // followed by the wr_flush of rdma-core 45's layout (include/uroce/verbs_compat.h).
   union {
-    ibv_qp_ex ex{};
+    uroce_qp_ex_flush ex_flush{};
+    ibv_qp_ex ex;
     ibv_qp ibv;
   };
   void* ext = nullptr;  // the provider's ibv_wr_* builder when created with send_ops_flags
+  // ibv_open_qp(3): a handle to an XRC target QP is a Qp of its own, outside the engine,
+  // that names the target here (to_qp resolves it). The target counts its open handles: it
+  // lives on until the last is destroyed when its creator's handle went first.
+  Qp* real = nullptr;
+  uint32_t opens = 0;
+  bool creator_closed = false;
   uint32_t qpn = 0;
   ibv_qp_type type = IBV_QPT_RC;
   ibv_qp_state state = IBV_QPS_RESET;  // the engine's (under the engine lock)
@@ -492,7 +507,10 @@ struct Qp {
 inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 inline Ah* to_ah(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
-inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Qp* to_qp(ibv_qp* q) {
+  Qp* p = reinterpret_cast<Qp*>(q);
+  return p->real != nullptr ? p->real : p;  // an opened handle: the QP it names
+}
 
 
 }  // namespace uroce

@@ -53,6 +53,17 @@ int Engine::check_wr(const Qp* qp, const WrShape& s) const {
     return 0;
   }
   if (op.kind == WrKind::kLocal) return 0;
+  if (op.kind == WrKind::kFlush) {
+    // No local data; a placement type (visibility, persistence or both) and a selectivity
+    // level (a range or the whole MR) as ibv_wr_flush(3) has them. ibv_post_send's
+    // ibv_send_wr has no place for them: FLUSH goes through ibv_wr_flush only.
+    const bool range = s.flush_level == UROCE_FLUSH_RANGE;
+    if (s.num_sge != 0 || s.total != 0 || s.flush_type == 0 ||
+        (s.flush_type & ~(UROCE_FLUSH_GLOBAL | UROCE_FLUSH_PERSISTENT)) != 0 ||
+        s.flush_level > UROCE_FLUSH_MR || (range && s.flush_len > UINT32_MAX))
+      return EINVAL;
+    return 0;
+  }
   if (s.num_sge < 0 || static_cast<uint32_t>(s.num_sge) > qp->cap.max_send_sge) return EINVAL;
   // IBV_SEND_INLINE is ignored where it cannot apply (a READ's SGEs are written into).
   const bool is_inline = s.inline_asked && op.inline_ok;
@@ -145,6 +156,9 @@ Engine::WrShape shape_of(const SendWqe& w) {
   s.total = w.length;
   s.inline_asked = w.is_inline || (w.send_flags & IBV_SEND_INLINE) != 0;
   s.has_ah = w.ah != nullptr;
+  s.flush_type = w.flush_type;
+  s.flush_level = w.flush_level;
+  s.flush_len = w.flush_len;
   return s;
 }
 
@@ -195,6 +209,22 @@ int Engine::commit_wqes(Qp* qp, size_t n) {
   qp->sq.commit(n);
   ring_doorbell(qp);
   return 0;
+}
+
+int Engine::post_flush(Qp* qp, const FlushWr& f) {
+  std::lock_guard<std::mutex> producer(qp->sq_mu);
+  SendWqe* w = stage_wqe(qp, 0);
+  if (w == nullptr) return ENOMEM;
+  w->wr_id = f.wr_id;
+  w->opcode = static_cast<ibv_wr_opcode>(UROCE_WR_FLUSH);
+  w->send_flags = IBV_SEND_SIGNALED;
+  w->signaled = true;
+  w->remote_addr = f.va;
+  w->rkey = f.rkey;
+  w->flush_len = f.len;
+  w->flush_type = f.type;
+  w->flush_level = f.level;
+  return commit_wqes(qp, 1);
 }
 
 int Engine::post_bind_mw(Qp* qp, uint64_t wr_id, unsigned send_flags,

@@ -85,7 +85,16 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
   const ibv_qp_state cur = qp->state;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
   if (next > IBV_QPS_ERR) return EINVAL;
-  const int attrs = mask & ~IBV_QP_STATE;
+  // A rate limit (kbit/s, 0 = none): on the way into RTS and in RTS, on the QP types the
+  // kernel's table gives it to (RC, raw packet), within packet_pacing_caps.
+  if (mask & IBV_QP_RATE_LIMIT) {
+    if ((qp->type != IBV_QPT_RC && qp->type != IBV_QPT_RAW_PACKET) || next != IBV_QPS_RTS ||
+        (cur != IBV_QPS_RTR && cur != IBV_QPS_RTS) ||
+        (attr->rate_limit != 0 &&
+         (attr->rate_limit < kRateLimitMinKbps || attr->rate_limit > kRateLimitMaxKbps)))
+      return EINVAL;
+  }
+  const int attrs = mask & ~(IBV_QP_STATE | IBV_QP_RATE_LIMIT);
 
   if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) {
     // Any state may go to RESET, any state but RESET to ERR; neither takes attributes.
@@ -135,11 +144,12 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
     return EINVAL;
   if ((mask & IBV_QP_DEST_QPN) && attr->dest_qp_num > 0xFFFFFF) return EINVAL;
   // ON_DEMAND is an MR's property; programs that use one set for both (rdma-core's suite
-  // does) have it ignored, as RNICs ignore it.
+  // does) have it ignored, as RNICs ignore it. The FLUSH rights are a QP's too (rxe's).
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
       (attr->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                 IBV_ACCESS_ON_DEMAND)))
+                                 IBV_ACCESS_ON_DEMAND | UROCE_ACCESS_FLUSH_GLOBAL |
+                                 UROCE_ACCESS_FLUSH_PERSISTENT)))
     return EINVAL;
   if (mask & IBV_QP_AV) {
     Path p;
@@ -152,7 +162,7 @@ int Engine::check_modify(const Qp* qp, const ibv_qp_attr* attr, int mask) const 
 int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
   if (qp == nullptr || attr == nullptr) return EINVAL;
   if (mask & ~((IBV_QP_RATE_LIMIT << 1) - 1)) return EINVAL;
-  if (mask & (IBV_QP_RATE_LIMIT | IBV_QP_CAP)) return mask & IBV_QP_CAP ? EINVAL : EOPNOTSUPP;
+  if (mask & IBV_QP_CAP) return EINVAL;
   if (int e = check_modify(qp, attr, mask); e != 0) return e;
 
   // Attributes first (all checked above: nothing below can fail).
@@ -175,6 +185,7 @@ int Engine::modify_qp(Qp* qp, ibv_qp_attr* attr, int mask) {
     size_rd_atomic_res(qp);
   }
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = attr->en_sqd_async_notify;
+  if (mask & IBV_QP_RATE_LIMIT) set_rate_limit(qp, attr->rate_limit, 0);
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
   if (mask & IBV_QP_RQ_PSN) start_recv_psn(qp, Psn(attr->rq_psn));
   if (mask & IBV_QP_SQ_PSN) start_send_psn(qp, Psn(attr->sq_psn));

@@ -236,6 +236,7 @@ bool Engine::raw_send(Qp* qp, SendWqe& w) {
   counters_.inc(Counter::tx_raw);
   if ((f->data[0] & 1) != 0) raw_receive(f, qp);  // multicast or broadcast: ours too
   tx_frame(f);
+  paced(qp, w.length);  // a rate limit (ibv_modify_qp_rate_limit) holds raw frames too
   return true;
 }
 

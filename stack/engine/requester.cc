@@ -72,7 +72,7 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
   uint32_t offset = 0;
   bool last = true;
   Psn psn = w.first_psn + static_cast<int32_t>(w.sent);
-  switch (w.opcode) {
+  switch (static_cast<int>(w.opcode)) {  // (FLUSH is not in rdma-core 44's enum)
     case IBV_WR_RDMA_READ: {
       // A READ resumes where its responses stopped: va and length skip what arrived.
       const uint32_t done_bytes = w.read_done * qp->mtu;
@@ -95,6 +95,11 @@ bool Engine::send_packet(Qp* qp, SendWqe& w) {
       b.opcode = w.info().bth_only;  // RC only: no transport bits to add
       h.ext.reth = {w.remote_addr, w.rkey, 8};
       payload = 8;
+      break;
+    case UROCE_WR_FLUSH:
+      b.opcode = w.info().bth_only;  // RC only
+      h.ext.feth.raw = static_cast<uint32_t>(w.flush_level << 4 | w.flush_type);
+      h.ext.reth = {w.remote_addr, w.rkey, w.flush_len};
       break;
     default: {
       const uint32_t idx = w.sent;
@@ -226,8 +231,10 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
         if (w.uses_rd_atomic() && qp->req.rd_atomic_outstanding >= qp->max_rd_atomic) break;
         if ((w.send_flags & IBV_SEND_FENCE) && qp->req.rd_atomic_outstanding > 0) break;
       }
-      // A UD QP's datagrams are held to its rate too (DCQCN per QP, whoever they go to).
-      if (qp->type == IBV_QPT_UD && pace_wait(qp)) break;  // the pace timer wakes us
+      // A UD QP's datagrams are held to its rate too (DCQCN per QP, whoever they go to), a
+      // raw QP's frames to its rate limit.
+      if ((qp->type == IBV_QPT_UD || qp->type == IBV_QPT_RAW_PACKET) && pace_wait(qp))
+        break;  // the pace timer wakes us
       if (!prepare_wqe(qp, w)) {
         ++qp->req.assigned_end;
         ++qp->req.cursor;
@@ -262,7 +269,7 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       if (next != qp->comp.psn && next - qp->comp.psn >= static_cast<int32_t>(qp->comp.cwnd))
         break;  // ACKs reopen it and reschedule us
     }
-    if (pace_wait(qp)) break;  // DCQCN holds it below line rate: the pace timer wakes us
+    if (pace_wait(qp)) break;  // DCQCN or a rate limit holds it: the pace timer wakes us
     if (!send_packet(qp, w)) {
       if (qp->state == IBV_QPS_ERR) return false;
       more = true;  // out of frames: try again next poll

@@ -502,10 +502,16 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
       // 0, global visibility) and durable (bit 1, persistence). Host memory is coherent: a
       // fence makes it visible. Durable: msync(MS_SYNC) of the range, which writes a file's
       // pages (an MR over a file mapping, e.g. DAX on persistent memory) to their device;
-      // anonymous memory has nothing to write back. The right to flush is the right to write.
+      // only such an MR may have IBV_ACCESS_FLUSH_PERSISTENT (mem::region_errno). The QP
+      // and the MR need the right for each placement asked for, as rxe checks them: the
+      // QP's lack is an invalid request, the MR's a remote access error.
       const RethRepr& r = p.hdr.ext.reth;
       const FethRepr& f = p.hdr.ext.feth;
-      if (f.placement() == 0 || (f.placement() & ~3u) != 0 || f.selectivity() > 1) {
+      int need = 0;
+      if (f.placement() & UROCE_FLUSH_GLOBAL) need |= UROCE_ACCESS_FLUSH_GLOBAL;
+      if (f.placement() & UROCE_FLUSH_PERSISTENT) need |= UROCE_ACCESS_FLUSH_PERSISTENT;
+      if (need == 0 || (f.placement() & ~3u) != 0 || f.selectivity() > 1 ||
+          (qp->access & static_cast<unsigned>(need)) != static_cast<unsigned>(need)) {
         reject(NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
@@ -520,8 +526,7 @@ void Engine::execute_request(Qp* qp, const ParsedPacket& p) {
         }
       }
       uint8_t* host = nullptr;
-      if (!(qp->access & IBV_ACCESS_REMOTE_WRITE) ||
-          mrs_.check_remote(r.rkey, qp->pd, qp->qpn, va, flen, IBV_ACCESS_REMOTE_WRITE, &host,
+      if (mrs_.check_remote(r.rkey, qp->pd, qp->qpn, va, flen, need, &host,
                             /*fault_in=*/false) != mem::AccessError::kOk) {
         reject(NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;

@@ -20,6 +20,8 @@ struct VerbsEvent {
                          // rate (Mb/s), psn = the target rate (Mb/s), status = alpha x 1024
     kRoleState,          // a role's state machine moved: opcode = Role, length = the state
                          // it left, status = the state it entered, psn = the PSN concerned
+    kRateLimit,          // the application set the QP's rate limit: length = kbit/s (0:
+                         // none), status = the burst it allows (bytes)
   };
   enum RateCause : int { kRateCut, kRateTimer, kRateBytes, kRateLine };
   Kind kind = Kind::kPostSend;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "uroce/verbs_compat.h"
 #include "wire/opcode.h"
 
 namespace uroce {
@@ -23,6 +24,7 @@ enum class WrKind : uint8_t {
   kRead,
   kAtomic,       // compare-and-swap, fetch-and-add: the old value comes back
   kAtomicWrite,  // 8 bytes written at once, acknowledged like a WRITE
+  kFlush,        // earlier WRITEs to a range made visible or durable there; carries no data
   kLocal,        // carried out by the requester in order, sends nothing, takes no PSN
 };
 
@@ -83,13 +85,13 @@ constexpr WrOpInfo request_op(const char* name, WrKind kind, uint8_t types, ibv_
   WrOpInfo i{name};
   i.kind = kind;
   i.qp_types = types;
-  // ATOMIC WRITE too: its answer is a READ RESPONSE without data (IBA 1.5 oA19; rxe's, from
-  // one of the responder's resources, replayed for a duplicate as a READ's is).
+  // ATOMIC WRITE and FLUSH too: their answer is a READ RESPONSE without data (IBA 1.5 oA19;
+  // rxe's, from one of the responder's resources, replayed for a duplicate as a READ's is).
   i.rd_atomic = true;
   i.one_packet = true;
   i.one_psn = kind != WrKind::kRead;
   i.inline_ok = kind == WrKind::kAtomicWrite;  // ibv_wr_atomic_write passes its 8 bytes by value
-  i.fixed_length = kind == WrKind::kRead ? 0 : 8;
+  i.fixed_length = kind == WrKind::kRead || kind == WrKind::kFlush ? 0 : 8;
   i.wc_opcode = wc;
   i.qp_ex_flag = flag;
   i.bth_only = i.bth_first = i.bth_middle = i.bth_last = bth;
@@ -144,6 +146,10 @@ constexpr std::array<WrOpInfo, 16> make_wr_table() {
   t[IBV_WR_ATOMIC_WRITE] =
       request_op("ATOMIC_WRITE", WrKind::kAtomicWrite, kWrOnRc, IBV_WC_ATOMIC_WRITE,
                  IBV_QP_EX_WITH_ATOMIC_WRITE, op::kRcAtomicWrite);
+  // FLUSH (rdma-core 45's ibv_wr_flush; uroce/verbs_compat.h): RC only, as the opcode.
+  t[UROCE_WR_FLUSH] =
+      request_op("FLUSH", WrKind::kFlush, kWrOnRc, static_cast<ibv_wc_opcode>(UROCE_WC_FLUSH),
+                 UROCE_QP_EX_WITH_FLUSH, op::kRcFlush);
   t[IBV_WR_BIND_MW] = local_op("BIND_MW", IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW, false);
   t[IBV_WR_LOCAL_INV] = local_op("LOCAL_INV", IBV_WC_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV, true);
   return t;
@@ -210,6 +216,8 @@ static_assert(wr_info(IBV_WR_TSO).kind == WrKind::kUnsupported && !wr_allowed(IB
 static_assert(wr_allowed(IBV_QPT_UD, IBV_WR_SEND) && !wr_allowed(IBV_QPT_UD, IBV_WR_RDMA_WRITE));
 static_assert(!wr_allowed(IBV_QPT_XRC_RECV, IBV_WR_SEND));
 static_assert(!wr_allowed(IBV_QPT_XRC_SEND, IBV_WR_ATOMIC_WRITE));
+static_assert(kWrTable[UROCE_WR_FLUSH].kind == WrKind::kFlush &&
+              wr_for_bth(wire::opcode::kRcFlush) == UROCE_WR_FLUSH);
 static_assert(wr_for_bth(wire::opcode::kRcSendLastInv) == IBV_WR_SEND_WITH_INV);
 static_assert(wr_for_bth(0x20 | wire::opcode::kRcWriteMiddle) == IBV_WR_RDMA_WRITE);
 static_assert(wr_for_bth(wire::opcode::kRcAck) == -1);

@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <random>
+
+#include "uroce/verbs_compat.h"
 
 namespace uroce::mem {
 
@@ -25,6 +29,32 @@ bool populate_supported() {
 }  // namespace
 
 bool odp_supported() { return populate_supported(); }
+
+bool shared_file_range(const void* addr, uint64_t length) {
+  // /proc/self/maps lists the mappings in address order: "start-end perms offset dev inode
+  // path". The range must be covered without a gap by shared ('s') mappings of a file
+  // (inode not 0): there msync() writes the pages back to where the file lives.
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (length == 0 || start + length < start) return false;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (f == nullptr) return false;
+  uintptr_t covered = start;
+  const uintptr_t end = start + length;
+  char line[512];
+  while (covered < end && std::fgets(line, sizeof line, f) != nullptr) {
+    uintptr_t lo = 0, hi = 0;
+    char perms[8] = {};
+    unsigned long long inode = 0;
+    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %*s %*s %llu", &lo, &hi, perms,
+                    &inode) != 4)
+      continue;
+    if (hi <= covered) continue;
+    if (lo > covered || perms[3] != 's' || inode == 0) break;  // a gap, or not such a mapping
+    covered = hi;
+  }
+  std::fclose(f);
+  return covered >= end;
+}
 
 int host_range_errno(const void* addr, uint64_t length, bool write) {
   if (length == 0) return 0;
@@ -76,6 +106,8 @@ int region_errno(const Pd* pd, const void* addr, uint64_t length, int access, Pa
   const bool needs_local_write =
       (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
   if (pd == nullptr || (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE))) return EINVAL;
+  // Durability only where msync() gives it (as rxe allows persistence on pmem pages only).
+  if ((access & UROCE_ACCESS_FLUSH_PERSISTENT) && !shared_file_range(addr, length)) return EINVAL;
   if (access & IBV_ACCESS_ON_DEMAND) {
     // On-demand paging: nothing is pinned or faulted in now; each access checks its pages
     // (MrTable::check). Only a range that wraps is refused, and the implicit MR (NULL,
@@ -376,6 +408,9 @@ bool MrTable::bind(const BindRequest& b, const Pd* pd, uint32_t qpn) {
     if (mr->pd != w.pd || !(mr->access & IBV_ACCESS_MW_BIND)) return false;
     if ((b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
         !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+      return false;
+    // Persistence only where the MR has it (its memory is a shared file mapping).
+    if ((b.access & UROCE_ACCESS_FLUSH_PERSISTENT) && !(mr->access & UROCE_ACCESS_FLUSH_PERSISTENT))
       return false;
     // [addr, addr+length) inside the MR, without overflow.
     if (b.addr < mr->iova || b.addr - mr->iova > mr->length ||

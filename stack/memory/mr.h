@@ -85,6 +85,9 @@ enum class AccessError : uint8_t {
 /// address space, EFAULT if a page of it is not mapped in this process, or not readable, or
 /// (`write`) not writable. Faults every page in, as the kernel's pinning does.
 int host_range_errno(const void* addr, uint64_t length, bool write);
+/// Whether [addr, addr+length) lies in shared mappings of files, without a gap: what an MR
+/// with IBV_ACCESS_FLUSH_PERSISTENT must be (a FLUSH for persistence msyncs it).
+bool shared_file_range(const void* addr, uint64_t length);
 
 /// Whether registration faults the region's pages in (kCheck), or the caller already did,
 /// with region_errno, before taking the device lock (kChecked): a GiB is a quarter of a

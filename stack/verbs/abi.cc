@@ -69,6 +69,10 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
     rt->engine->query_device(&a.orig_attr);
   }
   a.max_dm_size = kDeviceMemoryBytes;
+  // IBA 1.5's FLUSH (both placement types: persistence for MRs over shared file mappings)
+  // and ATOMIC WRITE, in the bits rdma-core 45 names (uroce/verbs_compat.h).
+  a.device_cap_flags_ex = a.orig_attr.device_cap_flags | UROCE_DEVICE_FLUSH_GLOBAL |
+                          UROCE_DEVICE_FLUSH_PERSISTENT | UROCE_DEVICE_ATOMIC_WRITE;
   // On-demand paging: nothing is ever pinned here (the engine copies with the CPU), so every
   // transport's every operation can use an on-demand MR, the implicit one included, where
   // the kernel lets each access check its pages (mem::odp_supported).
@@ -103,6 +107,11 @@ int op_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* in
   a.tm_caps.max_rndv_hdr_size = Engine::kTmMaxRndvHdr;
   a.tm_caps.max_ops = static_cast<uint32_t>(a.orig_attr.max_srq_wr);
   a.tm_caps.max_sge = static_cast<uint32_t>(a.orig_attr.max_srq_sge);
+  // Per-QP rate limits (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit): the pacer DCQCN uses,
+  // on the QP types the kernel's state table gives the attribute to.
+  a.packet_pacing_caps.qp_rate_limit_min = Engine::kRateLimitMinKbps;
+  a.packet_pacing_caps.qp_rate_limit_max = Engine::kRateLimitMaxKbps;
+  a.packet_pacing_caps.supported_qpts = (1u << IBV_QPT_RC) | (1u << IBV_QPT_RAW_PACKET);
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   // Completion timestamps count nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock of 64 bits.
   a.completion_timestamp_mask = ~uint64_t{0};
@@ -312,6 +321,11 @@ void ibv_ack_async_event(ibv_async_event* event) {
     case EventObject::kSrq: {
       ibv_srq* srq = event->element.srq;
       ack(&srq->mutex, &srq->cond, &srq->events_completed);
+      break;
+    }
+    case EventObject::kWq: {
+      ibv_wq* wq = event->element.wq;
+      ack(&wq->mutex, &wq->cond, &wq->events_completed);
       break;
     }
     case EventObject::kNone: break;  // port and device events name no object

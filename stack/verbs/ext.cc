@@ -228,6 +228,21 @@ void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* val
     w->send_flags |= IBV_SEND_INLINE;
   }
 }
+void wr_flush(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, size_t len, uint8_t type,
+              uint8_t level) {
+  SendWqe* w = begin_wr(q, static_cast<ibv_wr_opcode>(UROCE_WR_FLUSH));
+  if (w == nullptr) return;
+  // A range's length is the RETH's 32-bit DMA length; a whole MR's is not looked at (sent
+  // as given, as far as it fits).
+  if (level == UROCE_FLUSH_RANGE && len > UINT32_MAX) {
+    builder_of(q)->err = EINVAL;
+    return;
+  }
+  set_remote(w, rkey, addr);
+  w->flush_len = static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX));
+  w->flush_type = type;
+  w->flush_level = level;
+}
 void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) {
   if (SendWqe* w = begin_wr(q, IBV_WR_LOCAL_INV)) w->imm_or_inv = rkey;
 }
@@ -439,6 +454,7 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     x.wr_complete = wr_complete;
     x.wr_abort = wr_abort;
     x.wr_atomic_write = wr_atomic_write;
+    q->ex_flush.wr_flush = wr_flush;  // rdma-core 45's layout (uroce/verbs_compat.h)
   }
   return qp;
 }

@@ -118,25 +118,24 @@ int resolve_dest(Runtime* rt, const ibv_ah_attr& ah) {
 
 int destroy_qp(ibv_qp* qp, bool wait) {
   Runtime* rt = runtime_of(qp->context);
-  Qp* q = to_qp(qp);
+  Qp* q = reinterpret_cast<Qp*>(qp);  // the handle itself, not what it names
+  if (q->real != nullptr) return close_opened_qp(q);
+  bool keep = false;
   {
     EngineLock lock(rt);
-    if (rt->engine->qp_by_num(q->qpn) != q) return EINVAL;
+    if (rt->engine->qp_by_num(q->qpn) != q || q->creator_closed) return EINVAL;
     if (q->flows != 0) return EBUSY;  // its flow rules first, as with the kernel's verbs
+    // An XRC target others opened: this handle closes, the QP stays theirs.
+    keep = q->opens != 0;
+    q->creator_closed = keep;
   }
   // Forget it first: events read from now on are dropped; then wait for the ones read before.
   disown(qp->context, &ContextState::qps, q);
   if (wait) wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->async_events_read);
-  void* ext = q->ext;
-  pthread_mutex_destroy(&qp->mutex);  // the engine frees the QP: everything in it goes first
-  pthread_cond_destroy(&qp->cond);
-  {
-    EngineLock lock(rt);
-    rt->engine->destroy_qp(q);  // cannot fail: it was found above
-  }
-  free_qp_ext(ext);
+  if (!keep) uroce::verbs::free_qp(rt, q);
   return 0;
 }
+
 
 int destroy_srq(ibv_srq* srq, bool wait) {
   Runtime* rt = runtime_of(srq->context);
@@ -496,6 +495,16 @@ int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sg
 }  // namespace
 
 namespace uroce::verbs {
+void free_qp(Runtime* rt, Qp* q) {
+  void* ext = q->ext;
+  pthread_mutex_destroy(&q->ibv.mutex);  // the engine frees the QP: everything in it goes first
+  pthread_cond_destroy(&q->ibv.cond);
+  {
+    EngineLock lock(rt);
+    rt->engine->destroy_qp(q);  // cannot fail: the caller found it
+  }
+  free_qp_ext(ext);
+}
 
 // ---- Creation shared with the extended verbs (ext.cc, xrc.cc) ----------------------------------
 
@@ -622,6 +631,7 @@ int op_destroy_flow(ibv_flow* flow) {
 struct UWq {
   ibv_wq ibv;  // first
   Qp* qp;
+  uint32_t async_events_read = 0;  // IBV_EVENT_WQ_FATAL read (under ibv.mutex)
 };
 
 struct UTable {
@@ -677,6 +687,9 @@ ibv_wq* op_create_wq(ibv_context* ctx, ibv_wq_init_attr* attr) {
   w.state = IBV_WQS_RESET;
   w.wq_type = IBV_WQT_RQ;
   w.post_recv = op_post_wq_recv;  // (ibv_create_wq sets up the mutex, condition, context)
+  // Its async events (IBV_EVENT_WQ_FATAL) name the ibv_wq: the engine's QP points back.
+  u->qp->ibv.context = ctx;
+  u->qp->ibv.qp_context = &u->ibv;
   own(ctx, &ContextState::wqs, u);
   return &u->ibv;
 }
@@ -698,7 +711,7 @@ int op_modify_wq(ibv_wq* wq, ibv_wq_attr* attr) {
   return 0;
 }
 
-int op_destroy_wq(ibv_wq* wq) {
+int destroy_wq(ibv_wq* wq, bool wait) {
   if (wq == nullptr) return EINVAL;
   auto* u = reinterpret_cast<UWq*>(wq);
   Runtime* rt = runtime_of(wq->context);
@@ -710,11 +723,15 @@ int op_destroy_wq(ibv_wq* wq) {
     if (int e = rt->engine->destroy_wq(u->qp); e != 0) return e;  // EBUSY: in a table
     s->wqs.erase(u);
   }
+  // Events read about it are acknowledged before it goes (see destroy_qp).
+  if (wait) wait_acked(&wq->mutex, &wq->cond, &wq->events_completed, &u->async_events_read);
   pthread_mutex_destroy(&wq->mutex);
   pthread_cond_destroy(&wq->cond);
   delete u;
   return 0;
 }
+
+int op_destroy_wq(ibv_wq* wq) { return destroy_wq(wq, true); }
 
 // An indirection table of up to 2^kMaxLogTable WQs.
 constexpr uint32_t kMaxLogTable = 10;
@@ -801,7 +818,18 @@ ibv_qp* create_rss_qp_in(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
   return &q;
 }
 
+namespace {
+/// ibv_modify_qp_rate_limit(3): the pacer holds the QP to it (engine/congestion.cc).
+int op_modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
+  if (attr == nullptr) return EINVAL;
+  Runtime* rt = runtime_of(qp->context);
+  EngineLock lock(rt);
+  return rt->engine->modify_rate_limit(to_qp(qp), *attr);
+}
+}  // namespace
+
 void install_memory_ops(Context* ctx) {
+  ctx->vctx.modify_qp_rate_limit = op_modify_qp_rate_limit;
   ctx->vctx.ibv_create_flow = op_create_flow;
   ctx->vctx.ibv_destroy_flow = op_destroy_flow;
   ctx->vctx.create_wq = op_create_wq;
@@ -852,6 +880,7 @@ EventObject event_object(ibv_event_type type) {
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_QP_LAST_WQE_REACHED: return EventObject::kQp;
+    case IBV_EVENT_WQ_FATAL: return EventObject::kWq;
     default: return EventObject::kNone;
   }
 }
@@ -883,6 +912,12 @@ bool count_async_read(ibv_context* c, const ibv_async_event& ev, uint32_t id) {
       count(&qp->ibv.mutex, &qp->async_events_read);
       return true;
     }
+    case EventObject::kWq: {
+      auto* wq = reinterpret_cast<UWq*>(ev.element.wq);
+      if (s->wqs.count(wq) == 0 || wq->qp->qpn != id) return false;
+      count(&wq->ibv.mutex, &wq->async_events_read);
+      return true;
+    }
     case EventObject::kNone: return true;  // port and device events name no object
   }
   return true;
@@ -899,9 +934,10 @@ void destroy_context_objects(ContextState* s) {
   for (UFlow* f : snapshot(s, &ContextState::flows)) op_destroy_flow(&f->ibv);  // hold QPs
   // Dependents first: QPs hold CQs, SRQs and PDs; windows hold MRs; SRQs, AHs, windows and
   // MRs hold PDs.
+  for (Qp* h : snapshot(s, &ContextState::opened_qps)) close_opened_qp(h);
   for (Qp* q : snapshot(s, &ContextState::qps)) destroy_qp(&q->ibv, false);
   for (UTable* t : snapshot(s, &ContextState::rwq_tables)) op_destroy_rwq_ind_table(&t->ibv);
-  for (UWq* w : snapshot(s, &ContextState::wqs)) op_destroy_wq(&w->ibv);
+  for (UWq* w : snapshot(s, &ContextState::wqs)) destroy_wq(&w->ibv, false);
   for (Srq* q : snapshot(s, &ContextState::srqs)) destroy_srq(&q->ibv, false);
   for (Ah* a : snapshot(s, &ContextState::ahs)) destroy_ah(&a->ibv);
   for (UMw* w : snapshot(s, &ContextState::mws)) dealloc_mw(&w->ibv);  // before their MRs

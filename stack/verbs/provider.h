@@ -203,6 +203,7 @@ struct ContextState {
   std::unordered_set<Srq*> srqs;
   std::unordered_set<Ah*> ahs;
   std::unordered_set<Qp*> qps;
+  std::unordered_set<Qp*> opened_qps;  // ibv_open_qp's handles (xrc.cc)
   std::unordered_set<UFlow*> flows;  // ibv_create_flow's rules (raw-packet QPs)
   std::unordered_set<UWq*> wqs;      // receive work queues (RSS)
   std::unordered_set<UTable*> rwq_tables;  // their indirection tables
@@ -217,6 +218,10 @@ ibv_srq* create_srq_in(ibv_pd* pd, ibv_srq_init_attr* attr, Xrcd* xrcd, ibv_cq* 
                        const ibv_tm_cap* tm = nullptr);
 /// XRC (xrc.cc): the context ops, and ibv_close_device's closing of the domains left open.
 void install_xrc_ops(Context* ctx);
+/// ibv_destroy_qp of a handle ibv_open_qp made (xrc.cc): 0 or EINVAL.
+int close_opened_qp(Qp* handle);
+/// Destroys a QP the engine has (its handles closed, its events acknowledged).
+void free_qp(Runtime* rt, Qp* q);
 void close_context_xrcds(ContextState* s);
 
 /// Monotonic time in ns: the engine's clock in production.
@@ -276,7 +281,7 @@ struct AsyncRecord {
 bool post_async(ContextState* s, const ibv_async_event& ev, uint32_t id = 0);
 
 /// Which object an async event of this type names (IBV_EVENT_* -> element).
-enum class EventObject { kNone, kQp, kCq, kSrq };
+enum class EventObject { kNone, kQp, kCq, kSrq, kWq };
 EventObject event_object(ibv_event_type type);
 
 /// For ibv_get_async_event: counts an event the application read against its object (what

@@ -24,6 +24,7 @@ const char* wc_opcode_name(int op) {
     case IBV_WC_BIND_MW: return "BIND_MW";
     case IBV_WC_LOCAL_INV: return "LOCAL_INV";
     case IBV_WC_ATOMIC_WRITE: return "ATOMIC_WRITE";
+    case UROCE_WC_FLUSH: return "FLUSH";
     case IBV_WC_RECV: return "RECV";
     case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
     default: return "OTHER";
@@ -110,6 +111,11 @@ void VerbsTraceFile::event(const VerbsEvent& e) {
                    role_state_name(r, e.status), e.psn);
       break;
     }
+    case K::kRateLimit:
+      // rate_limit QPN - - KBPS BURST_BYTES -
+      std::fprintf(f_, "%" PRIu64 "\trate_limit\t%u\t-\t-\t%u\t%d\t-\n", t, e.qpn, e.length,
+                   e.status);
+      break;
     case K::kRate: {
       // rate QPN - CAUSE RATE_MBPS ALPHA TARGET_MBPS (alpha as a fraction, 3 decimals)
       static const char* const kCause[] = {"cut", "timer", "bytes", "line"};

@@ -4,13 +4,16 @@
 //
 // One process runs one engine per device, so an XRC domain is shared the way ibv_open_xrcd(3)
 // describes only among the opens of one context: a second process opening the same file gets
-// a domain of its own. ibv_open_qp (a target QP of another process) is not provided
-// (EOPNOTSUPP from libibverbs).
+// a domain of its own. ibv_open_qp(3) opens a target QP of the domain in this process: the
+// handle is a Qp of its own naming the target (Qp::real); modify and query reach the
+// target; the target lives until its last handle, the creator's included, is destroyed.
+// Async events about the target go to its creator's handle only.
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
 #include <mutex>
 
 #include "verbs/provider.h"
@@ -134,9 +137,68 @@ int op_get_srq_num(ibv_srq* srq, uint32_t* num) {
   return 0;
 }
 
+// ibv_open_qp(3): another handle to an XRC target QP of `a->xrcd`, found by its number.
+ibv_qp* op_open_qp(ibv_context* ctx, ibv_qp_open_attr* a) {
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  if (a == nullptr || (a->comp_mask & kNeeded) != kNeeded ||
+      a->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED || a->qp_type != IBV_QPT_XRC_RECV ||
+      a->xrcd == nullptr || a->xrcd->context != ctx) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto h = std::make_unique<Qp>();
+  Runtime* rt = runtime_of(ctx);
+  {
+    EngineLock engine(rt);
+    Qp* real = rt->engine->qp_by_num(a->qp_num);
+    if (real == nullptr || real->type != IBV_QPT_XRC_RECV || real->xrcd != to_xrcd(a->xrcd) ||
+        real->creator_closed) {
+      errno = EINVAL;  // the kernel's answer for a number its domain does not have
+      return nullptr;
+    }
+    ++real->opens;
+    h->real = real;
+    h->qpn = real->qpn;
+    h->type = IBV_QPT_XRC_RECV;
+    h->ibv.state = real->state;
+  }
+  ibv_qp& q = h->ibv;
+  q.context = ctx;
+  q.qp_context = (a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? a->qp_context : nullptr;
+  q.handle = q.qp_num = h->qpn;
+  q.qp_type = IBV_QPT_XRC_RECV;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  ContextState* s = state_of(ctx);
+  std::lock_guard<std::mutex> lock(s->obj_mu);
+  s->opened_qps.insert(h.get());
+  return &h.release()->ibv;
+}
+
 }  // namespace
 
+int close_opened_qp(Qp* h) {
+  ContextState* s = state_of(h->ibv.context);
+  {
+    std::lock_guard<std::mutex> lock(s->obj_mu);
+    if (s->opened_qps.erase(h) == 0) return EINVAL;
+  }
+  Qp* real = h->real;
+  Runtime* rt = runtime_of(h->ibv.context);
+  bool last = false;
+  {
+    EngineLock engine(rt);
+    last = --real->opens == 0 && real->creator_closed;
+  }
+  pthread_mutex_destroy(&h->ibv.mutex);
+  pthread_cond_destroy(&h->ibv.cond);
+  delete h;
+  if (last) free_qp(rt, real);  // its creator went first: the last handle takes it
+  return 0;
+}
+
 void install_xrc_ops(Context* ctx) {
+  ctx->vctx.open_qp = op_open_qp;
   ctx->vctx.open_xrcd = op_open_xrcd;
   ctx->vctx.close_xrcd = op_close_xrcd;
   ctx->vctx.create_srq_ex = op_create_srq_ex;

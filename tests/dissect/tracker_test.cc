@@ -384,5 +384,27 @@ TEST(DissectTracker, MessageOrderProblemsAreFlagged) {
   EXPECT_EQ(feed.tracker.streams().at(0).op_seq_errors, 1u);
 }
 
+TEST(DissectTracker, FlushAndAtomicWriteAreAnsweredByAnEmptyReadResponse) {
+  // IBA 1.5: both are answered as a READ of nothing, at their own PSN.
+  using namespace wire::opcode;
+  Feed feed{QpTracker(PathMtu{1024, false, "test"})};
+  auto flush = [](wire::ExtHeaders& x) {
+    x.reth = {0x1000, 0x77, 256};
+    x.feth.raw = 1;  // global visibility, the range
+  };
+  EXPECT_TRUE(has(feed(make(kRcFlush, kA, kB, 0x22, 7, 0, flush)), NoteKind::kReadRequest,
+                  "FLUSH: make what was written to 256 bytes at va 0x0000000000001000 visible"));
+  auto ack = [](wire::ExtHeaders& x) { x.aeth.syndrome = 0x1F; };
+  EXPECT_TRUE(has(feed(make(kRcReadResponseOnly, kB, kA, 0x33, 7, 0, ack)),
+                  NoteKind::kReadResponse, "answers the FLUSH request PSN 7"));
+  auto aw = [](wire::ExtHeaders& x) { x.reth = {0x2000, 0x77, 8}; };
+  EXPECT_TRUE(has(feed(make(kRcAtomicWrite, kA, kB, 0x22, 8, 8, aw)), NoteKind::kReadRequest,
+                  "ATOMIC WRITE: 8 bytes to va 0x0000000000002000"));
+  EXPECT_TRUE(has(feed(make(kRcReadResponseOnly, kB, kA, 0x33, 8, 0, ack)),
+                  NoteKind::kReadResponse, "answers the ATOMIC WRITE request PSN 8"));
+  EXPECT_EQ(feed.tracker.unmatched(), 0u);
+  EXPECT_EQ(feed.tracker.streams().at(0).reads_requested, 0u);  // neither is a READ
+}
+
 }  // namespace
 }  // namespace uroce::dissect

@@ -107,6 +107,26 @@ class CongestionRp : public Responder {
       w.wr.rdma.rkey = 0x1234;
     });
   }
+  /// Packets leaving at `at` (frames of `frame_len` bytes) were paced at `mbps`: the pacer
+  /// lets the first use up to the 20 us it was late by, then each waits its predecessor's
+  /// wire time.
+  void expect_paced(const std::vector<uint64_t>& at, size_t frame_len, double mbps) {
+    const double wire_ns = static_cast<double>(frame_len) * 8 * 1000 / mbps;
+    const double span = static_cast<double>(at.back() - at.front());
+    const double gaps = static_cast<double>(at.size() - 1);
+    EXPECT_GE(span, gaps * wire_ns - 20'000 - 1);
+    EXPECT_LE(span, gaps * wire_ns + 4'000);
+    EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);
+  }
+  /// Times at which the next `n` packets leave, stepping 1 us at a time.
+  std::vector<uint64_t> departures(size_t n, size_t* frame_len) {
+    std::vector<uint64_t> at;
+    for (int i = 0; i < 100000 && at.size() < n; ++i) {
+      for (size_t k = step().size(); k > 0; --k) at.push_back(now);
+      if (!sent.empty()) *frame_len = sent[0].size();
+    }
+    return at;
+  }
   bool ecn_ = true;
 };
 
@@ -157,13 +177,8 @@ TEST_F(CongestionRp, ThePacerSpacesPacketsByTheirWireTimeAtTheCutRate) {
     if (!sent.empty()) frame_len = sent[0].size();
   }
   ASSERT_EQ(at.size(), 4u);
-  // At 500 Mb/s a frame of ~1.1 KB takes ~17 us. The pacer lets the first packets use up to
-  // 20 us it was late by; after that each waits its predecessor's wire time.
-  const double wire_ns = static_cast<double>(frame_len) * 8 * 1000 / 500;
-  const double span = static_cast<double>(at.back() - at.front());
-  EXPECT_GE(span, 3 * wire_ns - 20'000 - 1);
-  EXPECT_LE(span, 3 * wire_ns + 4'000);
-  EXPECT_GT(engine->counters()[Counter::cc_paced], 0u);
+  // At 500 Mb/s a frame of ~1.1 KB takes ~17 us.
+  expect_paced(at, frame_len, 500);
   // The rate timer brings it back to line rate: fast recovery halves the distance to the
   // target (the line rate: the first cut was from there) every 300 us, 500 -> 996 Mb/s in
   // seven steps, within the 5 Mb/s AI step of 1000: free again, and the pacer stops.
@@ -388,6 +403,74 @@ TEST_F(CongestionRpOff, WithEcnOffPacketsAreNotEctAndCnpsAreOnlyCounted) {
   EXPECT_EQ(engine->counters()[Counter::cnp_rcvd], 1u);
   EXPECT_EQ(engine->counters()[Counter::cc_rate_cuts], 0u);
   EXPECT_FALSE(qp->cc.dcqcn.limited());
+}
+
+// ---- The application's rate limit (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit) ---------------
+
+TEST_F(CongestionRpOff, ARateLimitSpacesPacketsWithoutDcqcnAndZeroLiftsIt) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.rate_limit = 100'000;  // kbit/s: 100 Mb/s
+  ASSERT_EQ(engine->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), 0);
+  post_write(4096);  // 4 packets of 1024 bytes (MTU 1024)
+  size_t frame_len = 0;
+  std::vector<uint64_t> at = departures(4, &frame_len);
+  ASSERT_EQ(at.size(), 4u);
+  expect_paced(at, frame_len, 100);  // ~88 us a frame
+  // Lifted: the next four leave in one pass.
+  a.rate_limit = 0;
+  ASSERT_EQ(engine->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), 0);
+  now += 1'000'000;  // the ACKs of the first WRITE are not needed: no window in the way
+  post_write(4096);
+  at = departures(4, &frame_len);
+  ASSERT_EQ(at.size(), 4u);
+  EXPECT_EQ(at.back(), at.front());
+}
+
+TEST_F(CongestionRpOff, ARateLimitsBurstLeavesAtOnceThenTheRateHolds) {
+  ibv_qp_rate_limit_attr rl{};
+  rl.rate_limit = 10'000;  // 10 Mb/s: ~880 us per frame
+  rl.max_burst_sz = 2 * 1100;
+  rl.typical_pkt_sz = 1100;
+  ASSERT_EQ(engine->modify_rate_limit(qp, rl), 0);
+  post_write(4096);  // 4 packets
+  size_t frame_len = 0;
+  std::vector<uint64_t> at = departures(4, &frame_len);
+  ASSERT_EQ(at.size(), 4u);
+  // The burst (2 x 1100 bytes at 10 Mb/s: 1.76 ms of credit) lets the first packets go at
+  // once; the last is held to the rate.
+  EXPECT_LE(at[1] - at[0], 2'000u);
+  const double wire_ns = static_cast<double>(frame_len) * 8 * 1000 / 10;
+  EXPECT_GE(static_cast<double>(at[3] - at[2]), wire_ns - 1'000);
+}
+
+TEST_F(CongestionRp, RateLimitsAreCheckedAsTheKernelsTableAndRdmaCoreSayIt) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.rate_limit = Engine::kRateLimitMaxKbps + 1;  // beyond packet_pacing_caps
+  EXPECT_EQ(engine->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), EINVAL);
+  a.qp_state = IBV_QPS_SQD;  // only on the way into RTS or in it
+  a.rate_limit = 1000;
+  EXPECT_EQ(engine->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), EINVAL);
+  Qp* ud = new_qp(IBV_QPT_UD);  // not a QP type the attribute applies to
+  ASSERT_NE(ud, nullptr);
+  ibv_qp_rate_limit_attr rl{};
+  rl.rate_limit = 1000;
+  EXPECT_EQ(engine->modify_rate_limit(ud, rl), EINVAL);
+  rl.comp_mask = 1;  // nothing is defined there
+  EXPECT_EQ(engine->modify_rate_limit(qp, rl), EINVAL);
+  rl = {};
+  rl.max_burst_sz = 4096;  // a burst without a rate
+  EXPECT_EQ(engine->modify_rate_limit(qp, rl), EINVAL);
+  rl.rate_limit = 1000;
+  EXPECT_EQ(engine->modify_rate_limit(qp, rl), 0);
+  EXPECT_EQ(qp->cc.rate_limit_kbps, 1000u);
+  EXPECT_EQ(qp->cc.burst_bytes, 4096u);
+  // RESET forgets it, as every attribute.
+  a = {};
+  a.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(engine->modify_qp(qp, &a, IBV_QP_STATE), 0);
+  EXPECT_EQ(qp->cc.rate_limit_kbps, 0u);
 }
 
 // ---- Incast through a simulated switch ------------------------------------------------------

@@ -1,6 +1,9 @@
 // Single-packet protocol tests: put a responder QP in a known state, feed it one packet as
 // the peer would send it, and assert the exact packets it emits and the memory it touches.
 // Each case says what arrives (past / in-order / future PSN, bad key, ...) and what we expect.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "responder_fixture.h"
 
 namespace uroce::test {
@@ -85,9 +88,37 @@ TEST_F(Responder, AtomicWriteIsAnsweredByAnEmptyReadResponseAndNotRedoneForADupl
   EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
 }
 
+/// Memory a FLUSH for persistence may target: a shared mapping of a (memory) file.
+struct FileMemory {
+  explicit FileMemory(size_t n) : len(n) {
+    const int fd = memfd_create("protocol_test", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(n)) == 0)
+      p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    if (fd >= 0) close(fd);
+  }
+  ~FileMemory() {
+    if (p != MAP_FAILED) munmap(p, len);
+  }
+  uint8_t* p = static_cast<uint8_t*>(MAP_FAILED);
+  size_t len;
+};
+
+constexpr int kFlushRights = UROCE_ACCESS_FLUSH_GLOBAL | UROCE_ACCESS_FLUSH_PERSISTENT;
+
 TEST_F(Responder, FlushOfARangeOrAWholeRegionIsAnsweredByAnEmptyReadResponse) {
+  FileMemory file(8192);
+  ASSERT_NE(file.p, MAP_FAILED);
+  mem::Mr* fmr = engine->reg_mr(pd, file.p, 8192,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | kFlushRights);
+  ASSERT_NE(fmr, nullptr);
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  o.access |= kFlushRights;
+  side_qp(o);
   ExtHeaders x = reth(0, 256);
-  x.feth.raw = 0x1;  // global visibility, the range
+  x.reth.va = reinterpret_cast<uint64_t>(file.p);
+  x.reth.rkey = fmr->key;
+  x.feth.raw = UROCE_FLUSH_GLOBAL;  // the range
   send(opcode::kRcFlush, kEpsn, {}, x);
   auto out = step();
   ASSERT_EQ(out.size(), 1u);
@@ -96,8 +127,8 @@ TEST_F(Responder, FlushOfARangeOrAWholeRegionIsAnsweredByAnEmptyReadResponse) {
   EXPECT_TRUE(out[0].hdr.ext.aeth.is_ack());
   EXPECT_EQ(out[0].hdr.ext.aeth.msn, 1u);
   // Persistence, the whole MR (the RETH's range is not looked at): msync of its pages.
-  x = reth(0, 0);
-  x.feth.raw = 0x2 | (1u << 4);
+  x.reth.dma_len = 0;
+  x.feth.raw = UROCE_FLUSH_PERSISTENT | (UROCE_FLUSH_MR << 4);
   send(opcode::kRcFlush, kEpsn + 1, {}, x);
   out = step();
   ASSERT_EQ(out.size(), 1u);
@@ -110,21 +141,77 @@ TEST_F(Responder, FlushOfARangeOrAWholeRegionIsAnsweredByAnEmptyReadResponse) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].hdr.bth.psn, kEpsn + 1);
   EXPECT_EQ(engine->counters()[Counter::flushes], 2u);
+  EXPECT_EQ(engine->dereg_mr(fmr), 0);
+}
+
+TEST_F(Responder, PersistenceIsOnlyForRegionsOverSharedFileMappings) {
+  // As rxe's persistence is for pmem pages only: anonymous memory (the fixture's) cannot
+  // have IBV_ACCESS_FLUSH_PERSISTENT; a private mapping of a file cannot either.
+  EXPECT_EQ(engine->reg_mr(pd, mem.data(), 4096, IBV_ACCESS_LOCAL_WRITE | kFlushRights), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  FileMemory file(8192);
+  ASSERT_NE(file.p, MAP_FAILED);
+  mem::Mr* ok = engine->reg_mr(pd, file.p, 8192, IBV_ACCESS_LOCAL_WRITE | kFlushRights);
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(engine->dereg_mr(ok), 0);
+  // One byte past the mapping: not covered.
+  EXPECT_EQ(engine->reg_mr(pd, file.p + 4096, 8192, IBV_ACCESS_LOCAL_WRITE | kFlushRights),
+            nullptr);
+}
+
+TEST_F(Responder, FlushNeedsTheQpsAndTheRegionsRightForItsPlacement) {
+  // The fixture's QP has no FLUSH right: an invalid request (rxe: an unsupported opcode).
+  ExtHeaders x = reth(0, 256);
+  x.feth.raw = UROCE_FLUSH_GLOBAL;
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kInvalidRequest);
+  // A QP with both rights; the fixture's MR has neither: a remote access error.
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  o.access |= kFlushRights;
+  side_qp(o);
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+  // An MR with global visibility only: a FLUSH for it passes, one for persistence does not.
+  mem::Mr* gmr = engine->reg_mr(pd, mem.data() + 32, 4096,
+                                IBV_ACCESS_LOCAL_WRITE | UROCE_ACCESS_FLUSH_GLOBAL);
+  ASSERT_NE(gmr, nullptr);
+  side_qp(o);
+  x = reth(0, 256, gmr->key);
+  x.feth.raw = UROCE_FLUSH_GLOBAL;
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  x.feth.raw = UROCE_FLUSH_GLOBAL | UROCE_FLUSH_PERSISTENT;
+  send(opcode::kRcFlush, kEpsn + 1, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
   EXPECT_TRUE(guards_intact());
 }
 
 TEST_F(Responder, FlushBeyondTheRegionOrWithoutAPlacementIsRefused) {
-  ExtHeaders x = reth(4000, 200);  // past the MR's 4096 bytes
-  x.feth.raw = 0x1;
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  o.access |= kFlushRights;
+  side_qp(o);
+  mem::Mr* gmr = engine->reg_mr(pd, mem.data() + 32, 4096,
+                                IBV_ACCESS_LOCAL_WRITE | UROCE_ACCESS_FLUSH_GLOBAL);
+  ASSERT_NE(gmr, nullptr);
+  ExtHeaders x = reth(4000, 200, gmr->key);  // past the MR's 4096 bytes
+  x.feth.raw = UROCE_FLUSH_GLOBAL;
   send(opcode::kRcFlush, kEpsn, {}, x);
   auto out = step();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcAck);
   EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
-  QpOptions o;
-  o.rq_psn = kEpsn;
   side_qp(o);  // (the first QP is in error now)
-  x = reth(0, 16);
+  x = reth(0, 16, gmr->key);
   x.feth.raw = 0;  // no placement type at all
   send(opcode::kRcFlush, kEpsn, {}, x);
   out = step();

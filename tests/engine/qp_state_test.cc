@@ -84,7 +84,7 @@ const std::vector<Row> kSpec = {
 };
 
 /// Every attribute bit ibv_modify_qp(3) lists, except IBV_QP_STATE and IBV_QP_RATE_LIMIT
-/// (which has its own test: rate limiting is not supported, EOPNOTSUPP).
+/// (which has its own test: RC only here, and only on the way into RTS or in it).
 const std::vector<int> kAttrBits = {
     IBV_QP_CUR_STATE,        IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_ACCESS_FLAGS,
     IBV_QP_PKEY_INDEX,       IBV_QP_PORT,                IBV_QP_QKEY,
@@ -505,13 +505,22 @@ TEST_P(Transitions, CurStateMustMatchTheRealState) {
   EXPECT_EQ(query(qp).qp_state, IBV_QPS_RTS);
 }
 
-TEST_P(Transitions, RateLimitIsNotSupported) {
+TEST_P(Transitions, RateLimitIsForRcOnTheWayIntoRtsOrInIt) {
+  // The kernel's table: IBV_QP_RATE_LIMIT is optional RTR -> RTS and RTS -> RTS on RC (and
+  // raw-packet QPs); anywhere else the modify fails and changes nothing.
+  const bool rc = GetParam() == IBV_QPT_RC;
   Qp* qp = fresh(IBV_QPS_RTS);
   ibv_qp_attr a = values(1, IBV_QPS_RTS, IBV_QPS_RTS);
   a.rate_limit = 1000;
   const std::string before = describe(query(qp));
-  EXPECT_EQ(modify(qp, a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), EOPNOTSUPP);
+  EXPECT_EQ(modify(qp, a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), rc ? 0 : EINVAL);
+  EXPECT_EQ(qp->cc.rate_limit_kbps, rc ? 1000u : 0u);
   EXPECT_EQ(describe(query(qp)), before);
+  Qp* init = fresh(IBV_QPS_INIT);
+  a = values(1, IBV_QPS_INIT, IBV_QPS_INIT);
+  a.rate_limit = 1000;
+  EXPECT_EQ(modify(init, a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), EINVAL);
+  EXPECT_EQ(init->cc.rate_limit_kbps, 0u);
 }
 
 TEST_P(Transitions, NullArgumentsAndUnknownMaskBits) {

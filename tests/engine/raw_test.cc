@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/flow.h"
@@ -156,6 +157,16 @@ std::vector<ibv_wc> of_qp(const std::vector<ibv_wc>& all, const Qp* qp, ibv_wc_o
 }
 
 const std::array<uint8_t, 4> kSip = {10, 0, 0, 1}, kDip = {10, 0, 0, 2};
+
+/// RSS by the Toeplitz hash of the IPv4 source and destination under `key`.
+ibv_rx_hash_conf ipv4_hash(std::array<uint8_t, 40>& key) {
+  ibv_rx_hash_conf h{};
+  h.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+  h.rx_hash_key_len = static_cast<uint8_t>(key.size());
+  h.rx_hash_key = key.data();
+  h.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4;
+  return h;
+}
 
 TEST(Raw, UdpFramesReachTheQpsTheirFlowsNameBesideRoceTrafficAndNeverMix) {
   Pair p;
@@ -319,12 +330,7 @@ TEST(Raw, RssSpreadsFramesOverItsWorkQueuesByTheToeplitzHashOfTheAddresses) {
                                  0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0, 0xd0, 0xca, 0x2b, 0xcb,
                                  0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30,
                                  0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa};
-  ibv_rx_hash_conf h{};
-  h.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
-  h.rx_hash_key_len = key.size();
-  h.rx_hash_key = key.data();
-  h.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4;
-  Qp* rss = p.b.engine->create_rss_qp(p.b.pd, table, h);
+  Qp* rss = p.b.engine->create_rss_qp(p.b.pd, table, ipv4_hash(key));
   ASSERT_NE(rss, nullptr);
   EXPECT_EQ(p.b.engine->destroy_rwq_table(table), EBUSY);  // the RSS QP uses it
   EXPECT_EQ(p.b.engine->destroy_wq(wqs[0]), EBUSY);         // the table holds it
@@ -469,6 +475,57 @@ TEST(Raw, WhatARawQpOrAFlowCannotBeIsRefusedWithTheErrnoVerbsDocument) {
   EXPECT_EQ(p.b.engine->modify_qp(raw, &qa, IBV_QP_STATE), EINVAL);
   ASSERT_EQ(p.b.engine->destroy_flow(fl), 0);
   EXPECT_EQ(p.b.engine->destroy_qp(raw), 0);
+}
+
+TEST(Raw, AWorkQueueWhoseCompletionIsLostFailsWithAWqFatalEvent) {
+  // IBA 11.6.3.1: a lost completion is a local work queue catastrophic error. For a receive
+  // work queue of RSS the event is IBV_EVENT_WQ_FATAL, naming the WQ; the WQ enters ERR.
+  Pair p;
+  Qp* ra = raw_qp(p.a);
+  Cq* small = p.b.engine->create_cq(2);
+  ASSERT_NE(small, nullptr);
+  Qp* wq = p.b.engine->create_wq(p.b.pd, small, 64, 1);
+  ASSERT_NE(wq, nullptr);
+  const std::vector<Qp*> one = {wq};
+  Engine::RwqTable* table = p.b.engine->create_rwq_table(one);
+  ASSERT_NE(table, nullptr);
+  std::array<uint8_t, 40> key{};
+  key[0] = 1;
+  Qp* rss = p.b.engine->create_rss_qp(p.b.pd, table, ipv4_hash(key));
+  ASSERT_NE(rss, nullptr);
+  FlowBuf f;
+  f.spec(eth_dst(p.link.b().mac()));
+  Engine::RawFlow* flow = p.b.engine->create_flow(rss, f.attr());
+  ASSERT_NE(flow, nullptr);
+  ASSERT_EQ(p.b.engine->modify_wq(wq, IBV_WQS_RDY), 0);
+  Rx rx(p.b, wq, 32);
+  const size_t cap = small->ring.capacity();
+  std::vector<std::vector<uint8_t>> frames;
+  for (size_t i = 0; i < cap + 4; ++i)
+    frames.push_back(udp_frame(p.link.b().mac(), p.link.a().mac(), kSip, kDip, 1, 2, 16));
+  for (size_t i = 0; i < frames.size(); ++i)
+    send_frame(p.a, ra, frames[i], i, p.a.reg(frames[i], kAll));
+  size_t sends = 0;
+  ASSERT_TRUE(p.run_until([&] {
+    sends += drain(p.a).size();
+    return sends == frames.size();
+  }));
+  std::vector<ibv_event_type> got;
+  AsyncEvent ev;
+  while (p.b.engine->pop_async_event(&ev)) {
+    got.push_back(ev.type);
+    if (ev.type == IBV_EVENT_WQ_FATAL) {
+      EXPECT_EQ(ev.qp, wq);
+    }
+  }
+  EXPECT_NE(std::find(got.begin(), got.end(), IBV_EVENT_CQ_ERR), got.end());
+  EXPECT_NE(std::find(got.begin(), got.end(), IBV_EVENT_WQ_FATAL), got.end());
+  EXPECT_EQ(std::find(got.begin(), got.end(), IBV_EVENT_QP_FATAL), got.end());
+  EXPECT_EQ(Engine::wq_state(wq), IBV_WQS_ERR);
+  ASSERT_EQ(p.b.engine->destroy_flow(flow), 0);
+  ASSERT_EQ(p.b.engine->destroy_qp(rss), 0);
+  ASSERT_EQ(p.b.engine->destroy_rwq_table(table), 0);
+  EXPECT_EQ(p.b.engine->destroy_wq(wq), 0);
 }
 
 TEST(Raw, RssRefusesWhatItCannotHash) {

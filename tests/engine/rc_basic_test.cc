@@ -228,5 +228,62 @@ TEST(RcBasic, AtomicWriteStoresEightBytes) {
   EXPECT_EQ(target, value);
 }
 
+/// A FLUSH posted as ibv_wr_flush posts it.
+int post_flush(Engine& e, Qp* qp, uint64_t wr_id, uint64_t va, uint32_t rkey, uint32_t len,
+               uint8_t type, uint8_t level) {
+  return e.post_flush(qp, {wr_id, va, rkey, len, type, level});
+}
+
+TEST(RcBasic, FlushAfterAWriteCompletesAsAFlushOnTheRequester) {
+  // The requester sends RC FLUSH (FETH + RETH, no payload), one PSN, from a READ/atomic
+  // credit; the READ RESPONSE ONLY without data completes it as IBV_WC_FLUSH.
+  Pair p;
+  QpOptions ob;
+  ob.access |= UROCE_ACCESS_FLUSH_GLOBAL;
+  auto [qa, qb] = p.rc_pair({}, ob);
+  std::vector<uint8_t> src(256, 0x3C), dst(4096, 0);
+  auto* smr = p.a.reg(src, kAll);
+  auto* dmr = p.b.reg(dst, kAll | UROCE_ACCESS_FLUSH_GLOBAL);
+  ASSERT_TRUE(smr && dmr);
+  ibv_sge s{reinterpret_cast<uint64_t>(src.data()), 256, smr->key};
+  ibv_send_wr w{};
+  w.wr_id = 1;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(dst.data());
+  w.wr.rdma.rkey = dmr->key;
+  ASSERT_EQ(p.a.engine->post_send(qa, &w, nullptr), 0);
+  ASSERT_EQ(post_flush(*p.a.engine, qa, 2, reinterpret_cast<uint64_t>(dst.data()), dmr->key, 256,
+                       UROCE_FLUSH_GLOBAL, UROCE_FLUSH_RANGE),
+            0);
+  // Not one ibv_post_send can ask for: its ibv_send_wr has no placement type.
+  w.opcode = static_cast<ibv_wr_opcode>(UROCE_WR_FLUSH);
+  w.num_sge = 0;
+  EXPECT_EQ(p.a.engine->post_send(qa, &w, nullptr), EINVAL);
+  std::vector<ibv_wc> wa;
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& x : drain(p.a)) wa.push_back(x);
+    return !wa.empty();
+  }));
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].wr_id, 2u);
+  EXPECT_EQ(wa[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(static_cast<int>(wa[0].opcode), UROCE_WC_FLUSH);
+  EXPECT_EQ(dst[255], 0x3C);
+  EXPECT_EQ(p.b.engine->counters()[Counter::flushes], 1u);
+  // The QP at the other end lacks the right to a persistence FLUSH: an invalid request.
+  ASSERT_EQ(post_flush(*p.a.engine, qa, 3, reinterpret_cast<uint64_t>(dst.data()), dmr->key, 256,
+                       UROCE_FLUSH_PERSISTENT, UROCE_FLUSH_RANGE),
+            0);
+  wa.clear();
+  ASSERT_TRUE(p.run_until([&] {
+    for (auto& x : drain(p.a)) wa.push_back(x);
+    return !wa.empty();
+  }));
+  EXPECT_EQ(wa[0].wr_id, 3u);
+  EXPECT_EQ(wa[0].status, IBV_WC_REM_INV_REQ_ERR);
+}
+
 }  // namespace
 }  // namespace uroce::test

@@ -19,7 +19,8 @@ namespace {
 using namespace xrc;
 
 // Which QP types take which work request, by hand: an XRC target posts nothing, UD only
-// SENDs, UC no READ/atomics/SEND_WITH_INV, XRC no ATOMIC WRITE.
+// SENDs, UC no READ/atomics/SEND_WITH_INV, XRC no ATOMIC WRITE or FLUSH (IBA 1.5 gives them
+// RC opcodes only).
 const std::set<std::pair<ibv_qp_type, int>> kAllowed = [] {
   std::set<std::pair<ibv_qp_type, int>> s;
   for (int op : {IBV_WR_SEND, IBV_WR_SEND_WITH_IMM}) {
@@ -33,6 +34,7 @@ const std::set<std::pair<ibv_qp_type, int>> kAllowed = [] {
     for (ibv_qp_type t : {IBV_QPT_RC, IBV_QPT_XRC_SEND}) s.insert({t, op});
   }
   s.insert({IBV_QPT_RC, IBV_WR_ATOMIC_WRITE});
+  s.insert({IBV_QPT_RC, UROCE_WR_FLUSH});
   return s;
 }();
 
@@ -59,13 +61,19 @@ TEST(WorkRequestTable, FactsPerOpcode) {
   EXPECT_EQ(wr_info(IBV_WR_ATOMIC_FETCH_AND_ADD).wc_opcode, IBV_WC_FETCH_ADD);
   EXPECT_EQ(wr_info(IBV_WR_ATOMIC_WRITE).wc_opcode, IBV_WC_ATOMIC_WRITE);
   EXPECT_EQ(wr_info(IBV_WR_LOCAL_INV).wc_opcode, IBV_WC_LOCAL_INV);
-  // The responder's READ/atomic resources: READ, the two atomics that return a value, and
-  // ATOMIC WRITE (answered by a READ RESPONSE without data, IBA 1.5).
+  EXPECT_EQ(static_cast<int>(wr_info(UROCE_WR_FLUSH).wc_opcode), UROCE_WC_FLUSH);
+  // The responder's READ/atomic resources: READ, the two atomics that return a value, ATOMIC
+  // WRITE and FLUSH (answered by a READ RESPONSE without data, IBA 1.5).
   std::set<int> rd_atomic;
   for (int op = 0; op <= kLastOpcode; ++op)
     if (wr_info(op).rd_atomic) rd_atomic.insert(op);
   EXPECT_EQ(rd_atomic, (std::set<int>{IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP,
-                                      IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE}));
+                                      IBV_WR_ATOMIC_FETCH_AND_ADD, UROCE_WR_FLUSH,
+                                      IBV_WR_ATOMIC_WRITE}));
+  // FLUSH carries no data: any length is its own (the range's is in the WQE), one PSN.
+  EXPECT_EQ(wr_info(UROCE_WR_FLUSH).fixed_length, 0u);
+  EXPECT_TRUE(wr_info(UROCE_WR_FLUSH).one_psn);
+  EXPECT_FALSE(wr_info(UROCE_WR_FLUSH).inline_ok);
   // PSNs: a READ one per response packet, an atomic one.
   EXPECT_FALSE(wr_info(IBV_WR_RDMA_READ).one_psn);
   EXPECT_TRUE(wr_info(IBV_WR_ATOMIC_WRITE).one_psn);
@@ -95,7 +103,7 @@ TEST(WorkRequestTable, FactsPerOpcode) {
                      IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
                      IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV |
-                     IBV_QP_EX_WITH_ATOMIC_WRITE});
+                     IBV_QP_EX_WITH_ATOMIC_WRITE | UROCE_QP_EX_WITH_FLUSH});
 }
 
 /// A QP of each type in RTS (an XRC target in RTR: it never sends), with what a valid work
@@ -187,7 +195,10 @@ TEST(WorkRequestTable, PostSendAcceptsExactlyWhatTheTableAllows) {
   ASSERT_NE(e.mw, nullptr);
   for (ibv_qp_type t : kTypes) {
     for (int op = 0; op <= kLastPostable; ++op) {
-      EXPECT_EQ(e.post(t, op), wr_allowed(t, op) ? 0 : EINVAL)
+      // FLUSH is allowed, but not through ibv_post_send: its ibv_send_wr has no placement
+      // type or selectivity level (ibv_wr_flush posts it; RcBasic.Flush*).
+      const bool postable = wr_allowed(t, op) && op != UROCE_WR_FLUSH;
+      EXPECT_EQ(e.post(t, op), postable ? 0 : EINVAL)
           << "QP type " << t << ", IBV_WR_" << wr_info(op).name << " (" << op << ")";
     }
   }

@@ -380,6 +380,7 @@ void make_uroce_capture(const std::string& path, const drivers::FaultConfig* fau
   QpOptions oa, ob;
   oa.sq_psn = 0xFFFF00;
   ob.sq_psn = 0x123;
+  ob.access |= UROCE_ACCESS_FLUSH_GLOBAL;
   oa.rq_psn = ob.sq_psn;
   ob.rq_psn = oa.sq_psn;
   Qp* qa = make_qp(a, oa);
@@ -393,7 +394,8 @@ void make_uroce_capture(const std::string& path, const drivers::FaultConfig* fau
   }
   mem::Mr* amr = a.reg(abuf, IBV_ACCESS_LOCAL_WRITE);
   mem::Mr* bmr = b.reg(bbuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                 UROCE_ACCESS_FLUSH_GLOBAL);
   // B posts receives; A sends, writes, reads and runs atomics.
   for (int i = 0; i < 2 * rounds; ++i) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(bbuf.data() + 32768 + (i % 4) * 4096), 4096, bmr->key};
@@ -422,6 +424,12 @@ void make_uroce_capture(const std::string& path, const drivers::FaultConfig* fau
     const ibv_send_wr* bad = nullptr;
     ASSERT_EQ(a.engine->post_send(qa, &wr, &bad), 0);
   };
+  // A FLUSH of a range for global visibility, as ibv_wr_flush posts it.
+  auto flush = [&](uint64_t raddr, uint32_t len) {
+    ASSERT_EQ(a.engine->post_flush(qa, {0, raddr, bmr->key, len, UROCE_FLUSH_GLOBAL,
+                                        UROCE_FLUSH_RANGE}),
+              0);
+  };
   const auto base = reinterpret_cast<uintptr_t>(bbuf.data());
   for (int r = 0; r < rounds; ++r) {
     post(IBV_WR_SEND, static_cast<size_t>(r) * 8, 3000, 0);
@@ -430,8 +438,10 @@ void make_uroce_capture(const std::string& path, const drivers::FaultConfig* fau
     post(IBV_WR_ATOMIC_FETCH_AND_ADD, 24576, 8, base + 16384);
     post(IBV_WR_ATOMIC_CMP_AND_SWP, 24584, 8, base + 16384 + 8);
     post(IBV_WR_SEND, 100, 64, 0);
+    post(IBV_WR_ATOMIC_WRITE, 24592, 8, base + 16384 + 16);
+    flush(base + 1024, 5000);
   }
-  const size_t want = 6 * static_cast<size_t>(rounds);
+  const size_t want = 8 * static_cast<size_t>(rounds);
   uint64_t now = 1'000'000;
   size_t completions = 0;
   for (int i = 0; i < 2'000'000 && completions < want; ++i) {

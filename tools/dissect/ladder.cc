@@ -268,12 +268,18 @@ class LadderPrinter final : public Printer {
       } else if (ev == "rate") {  // DCQCN: cause, rate, alpha, target
         label = "DCQCN " + f[4] + ": QP 0x" + hex6(qpn) + " at " + f[5] + " Mb/s (target " +
                 f[7] + ", alpha " + f[6] + ")";
+      } else if (ev == "rate_limit") {  // ibv_modify_qp_rate_limit / IBV_QP_RATE_LIMIT
+        label = f[5] == "0" ? "rate limit of QP 0x" + hex6(qpn) + " lifted"
+                            : "rate limit: QP 0x" + hex6(qpn) + " at most " + f[5] + " kb/s" +
+                                  (f[6] == "0" ? "" : " (bursts of " + f[6] + " bytes)");
       } else if (f[7] != "-") {
         label += " psn=" + f[7];
       }
       const std::string kind = ev == "post_send" || ev == "post_recv" ? "post"
                                : ev == "completion" ? (f[6] == "success" ? "comp" : "err")
-                               : ev == "qp_state" || ev == "rate" || ev == "role_state" ? "state"
+                               : ev == "qp_state" || ev == "rate" || ev == "role_state" ||
+                                         ev == "rate_limit"
+                                     ? "state"
                                                     : "timer";
       JsonWriter j;
       j.begin_object();

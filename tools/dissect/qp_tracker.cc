@@ -415,6 +415,28 @@ void QpTracker::on_request(const Frame& f, std::vector<Note>& notes) {
                      strf("READ request for %u bytes at va 0x%016" PRIx64 ": expect %u READ "
                           "response packet%s, %s (path MTU %u)",
                           r.dma_len, r.va, span, s_if(span), psns.c_str(), mtu)});
+  } else if (info.op == Operation::kFlush || info.op == Operation::kAtomicWrite) {
+    // Answered as a READ of nothing: one READ RESPONSE ONLY at this PSN, no data.
+    const wire::RethRepr& r = h.ext.reth;
+    std::erase_if(s.reads, [&](const ReadRequest& q) { return q.psn == psn; });
+    push_bounded(s.reads, ReadRequest{psn, 1, r.va, 0, f.index, 0, 0, info.op}, kMaxOutstanding);
+    std::string t;
+    if (info.op == Operation::kFlush) {
+      const wire::FethRepr& x = h.ext.feth;
+      const char* what = x.placement() == 1   ? "visible to every later reader"
+                         : x.placement() == 2 ? "durable"
+                         : x.placement() == 3 ? "visible and durable"
+                                              : "(no valid placement type: an invalid request)";
+      t = x.selectivity() == 1
+              ? strf("FLUSH: make what was written to the whole memory region of R_Key 0x%08x %s",
+                     r.rkey, what)
+              : strf("FLUSH: make what was written to %u bytes at va 0x%016" PRIx64 " %s",
+                     r.dma_len, r.va, what);
+    } else {
+      t = strf("ATOMIC WRITE: 8 bytes to va 0x%016" PRIx64 ", stored as one unit", r.va);
+    }
+    t += strf("; the answer is a READ RESPONSE ONLY without data, PSN %u", psn.value());
+    notes.push_back({NoteKind::kReadRequest, std::move(t)});
   } else if (info.op == Operation::kFetchAdd || info.op == Operation::kCompareSwap) {
     ++s.atomics_requested;
     const wire::AtomicEthRepr& a = h.ext.atomic;
@@ -739,6 +761,17 @@ void QpTracker::on_read_response(RequestStream& s, const Frame& f, std::vector<N
     return;
   }
   const auto seg = static_cast<uint32_t>(psn - r->psn) + 1;
+  if (r->op != Operation::kReadRequest) {
+    const char* req = r->op == Operation::kFlush ? "FLUSH" : "ATOMIC WRITE";
+    std::string t =
+        strf("%s the %s request PSN %u (#%" PRIu64 "): a READ RESPONSE without data is its "
+             "acknowledgement",
+             r->last_segment != 0 ? "again answers" : "answers", req, r->psn.value(), r->frame);
+    if (f.payload_len != 0) t += strf("; it carries %zu bytes it should not", f.payload_len);
+    r->last_segment = 1;
+    notes.push_back({NoteKind::kReadResponse, std::move(t), static_cast<int64_t>(r->frame)});
+    return;
+  }
   if (seg <= r->last_segment) {
     notes.push_back({NoteKind::kReadResponse,
                      strf("repeated READ response segment %u/%u for the READ request PSN %u "

@@ -101,6 +101,9 @@ struct ReadRequest {
   uint64_t frame = 0;
   uint32_t last_segment = 0;  // highest segment seen so far
   uint64_t bytes = 0;         // READ data received so far
+  // What the READ RESPONSE answers: a READ, or a FLUSH / ATOMIC WRITE (IBA 1.5: answered by
+  // one READ RESPONSE ONLY without data, from the same responder resources).
+  wire::Operation op = wire::Operation::kReadRequest;
 };
 
 struct AtomicRequest {

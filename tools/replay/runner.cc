@@ -7,6 +7,8 @@
 // engine makes its own), so fed requests get their RETH / AtomicETH / IETH R_Key rewritten
 // to the engine's key and their ICRC recomputed. Nothing uroce sends is rewritten.
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -123,15 +125,31 @@ std::string wc_status_name(ibv_wc_status st) {
 }
 
 /// 8-byte aligned host memory whose address has the same low bits as the peer's VA, so that
-/// atomics at 8-byte aligned VAs land on 8-byte aligned host addresses.
+/// atomics at 8-byte aligned VAs land on 8-byte aligned host addresses. A shared mapping of
+/// a memory file: an MR over it may have IBV_ACCESS_FLUSH_PERSISTENT, so that the recorded
+/// peer's FLUSHes for persistence are carried out as they were for it.
 struct HostBuf {
-  std::vector<uint8_t> raw;
+  uint8_t* map = nullptr;
+  size_t map_len = 0;
   uint8_t* base = nullptr;
-  void make(uint64_t va, size_t len) {
-    raw.assign(len + 16, 0);
-    auto p = reinterpret_cast<uintptr_t>(raw.data());
-    p = (p + 7) & ~uintptr_t{7};
-    base = reinterpret_cast<uint8_t*>(p + (va & 7));
+  HostBuf() = default;
+  HostBuf(const HostBuf&) = delete;
+  HostBuf& operator=(const HostBuf&) = delete;
+  ~HostBuf() {
+    if (map != nullptr) munmap(map, map_len);
+  }
+  bool make(uint64_t va, size_t len) {
+    map_len = len + 16;
+    const int fd = memfd_create("uroce-replay", MFD_CLOEXEC);
+    if (fd < 0) return false;
+    void* p = ftruncate(fd, static_cast<off_t>(map_len)) == 0
+                  ? mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return false;
+    map = static_cast<uint8_t*>(p);  // page aligned, zero filled
+    base = map + (va & 7);
+    return true;
   }
 };
 
@@ -272,13 +290,14 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
   Cq* cq = eng.create_cq(1 << 16);
   if (pd == nullptr || cq == nullptr) return error = "engine: cannot create PD/CQ", false;
   constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                          UROCE_ACCESS_FLUSH_GLOBAL | UROCE_ACCESS_FLUSH_PERSISTENT;
 
   std::vector<HostBuf> mem(sc.mrs.size());
   std::map<uint32_t, uint32_t> rkey_map;  // recorded -> engine
   for (size_t i = 0; i < sc.mrs.size(); ++i) {
     const MrSpec& m = sc.mrs[i];
-    mem[i].make(m.va, m.length);
+    if (!mem[i].make(m.va, m.length)) return error = "cannot map memory for an MR", false;
     if (!m.init.empty())
       std::memcpy(mem[i].base, m.init.data(), std::min<size_t>(m.init.size(), m.length));
     mem::Mr* mr = eng.reg_mr_iova(pd, mem[i].base, m.length, m.va, kRemote);
@@ -304,9 +323,11 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
   local_len += recv_slots * sc.recv_size;
   if (local_len > (size_t{1} << 30)) return error = "the replay needs more than 1 GiB", false;
   HostBuf local;
-  local.make(0, local_len);
+  if (!local.make(0, local_len)) return error = "cannot map the local memory", false;
   for (const XMsg& m : msgs)
-    if ((m.op == Operation::kSend || m.op == Operation::kWrite) && !m.payload.empty())
+    if ((m.op == Operation::kSend || m.op == Operation::kWrite ||
+         m.op == Operation::kAtomicWrite) &&
+        !m.payload.empty())
       std::memcpy(local.base + m.local_off, m.payload.data(), m.payload.size());
   mem::Mr* lmr = eng.reg_mr(pd, local.base, local_len, IBV_ACCESS_LOCAL_WRITE);
   if (lmr == nullptr) return error = "engine: cannot register local memory", false;
@@ -554,7 +575,15 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
                   m.op == Operation::kCompareSwap ? m.ext.atomic.compare : m.ext.atomic.swap_add;
               wr.wr.atomic.swap = m.ext.atomic.swap_add;
               break;
-            default:  // ATOMIC WRITE, and what no work request sends
+            case WrKind::kAtomicWrite:  // its 8 bytes are in the local memory
+              sge.length = 8;
+              wr.wr.rdma.remote_addr = m.ext.reth.va;
+              wr.wr.rdma.rkey = m.ext.reth.rkey;
+              break;
+            case WrKind::kFlush:  // ibv_wr_flush's WQE: ibv_send_wr has no place for it
+              sge.length = 0;
+              break;
+            default:  // what no work request sends
               st.what = "not posted: " + std::string(info.name) + " (not supported by the replay)";
               out.steps.push_back(std::move(st));
               continue;
@@ -567,9 +596,24 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
             wr.wr.ud.remote_qpn = sc.qps[m.spec].peer_qpn;
             wr.wr.ud.remote_qkey = m.ext.deth.qkey;
           }
-          const ibv_send_wr* bad = nullptr;
-          const int e = eng.post_send(qps[m.spec], &wr, &bad);
-          st.what = std::string("IBV_WR_") + winfo.name + " " + std::to_string(sge.length) +
+          int e;
+          if (winfo.kind == WrKind::kFlush) {
+            // As ibv_wr_flush posts it: placement type and selectivity from the FETH.
+            Engine::FlushWr f;
+            f.wr_id = mi;
+            f.va = m.ext.reth.va;
+            f.rkey = m.ext.reth.rkey;
+            f.len = m.ext.reth.dma_len;
+            f.type = m.ext.feth.placement();
+            f.level = m.ext.feth.selectivity();
+            e = eng.post_flush(qps[m.spec], f);
+          } else {
+            const ibv_send_wr* bad = nullptr;
+            e = eng.post_send(qps[m.spec], &wr, &bad);
+          }
+          st.what = std::string("IBV_WR_") + winfo.name + " " +
+                    std::to_string(winfo.kind == WrKind::kFlush ? m.ext.reth.dma_len
+                                                                : sge.length) +
                     " bytes on QP " + hex(sc.qps[m.spec].qpn) + " (first PSN " + hex(m.psn) + ")" +
                     (m.complete ? "" : " (its end is past the capture: length guessed)");
           if (e != 0) st.what += std::string(" — post_send failed: ") + std::strerror(e);
