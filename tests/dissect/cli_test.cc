@@ -1,6 +1,7 @@
 // End-to-end: the built uroce-dissect binary on good, broken and missing captures.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -422,6 +423,35 @@ TEST(DissectCli, AVerbsFileWithLinesThatAreNoEventsIsSaidSo) {
   EXPECT_NE(nodev.err.find("1 line is no verbs event (the first: line 1, and no device line came first)"),
             std::string::npos)
       << nodev.err;
+}
+
+TEST(DissectCli, LadderShowsTheRateLimitsTheApplicationSet) {
+  // The .verbs lines the provider writes for ibv_modify_qp_rate_limit (rate_limit QPN - -
+  // KBPS BURST -): the ladder's verbs lane says each.
+  test::TempDir dir;
+  const std::string cap = dir.path("rl.pcap");
+  std::filesystem::copy_file(pcap_path("uroce-rc_pingpong-verbs.pcap"), cap);
+  std::filesystem::copy_file(pcap_path("uroce-rc_pingpong-verbs.pcap.verbs"), cap + ".verbs");
+  std::string first_ts;
+  {
+    std::ifstream in(cap + ".verbs");
+    for (std::string line; std::getline(in, line) && first_ts.empty();)
+      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])))
+        first_ts = line.substr(0, line.find('\t'));
+  }
+  ASSERT_FALSE(first_ts.empty());
+  std::ofstream(cap + ".verbs", std::ios::app)
+      << first_ts << "\trate_limit\t17\t-\t-\t1000\t4096\t-\n"
+      << first_ts << "\trate_limit\t17\t-\t-\t0\t0\t-\n";
+  const std::string svg = dir.path("rl.svg");
+  const auto ok = run_tool({"--ladder", svg, cap});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(ok.err, "");
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("rate limit: QP 0x000011 at most 1000 kb/s (bursts of 4096 bytes)"),
+            std::string::npos);
+  EXPECT_NE(text.find("rate limit of QP 0x000011 lifted"), std::string::npos);
 }
 
 TEST(DissectCli, LadderShowsCongestionMarksCnpsAndDcqcnCuts) {

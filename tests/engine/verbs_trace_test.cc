@@ -84,6 +84,30 @@ TEST(VerbsTrace, StatesPostsAndCompletionsInOrder) {
   EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
 }
 
+TEST(VerbsTrace, EachRateLimitTheApplicationSetsIsReported) {
+  // ibv_modify_qp_rate_limit and IBV_QP_RATE_LIMIT: the limit (kbit/s) and the burst.
+  Pair p;
+  Recorder ra;
+  p.a.engine->set_verbs_tracer(&ra);
+  auto [qa, qb] = p.rc_pair();
+  (void)qb;
+  ibv_qp_rate_limit_attr rl{};
+  rl.rate_limit = 5000;
+  rl.max_burst_sz = 8192;
+  ASSERT_EQ(p.a.engine->modify_rate_limit(qa, rl), 0);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.rate_limit = 0;  // lifted
+  ASSERT_EQ(p.a.engine->modify_qp(qa, &a, IBV_QP_STATE | IBV_QP_RATE_LIMIT), 0);
+  const auto limits = ra.of(K::kRateLimit);
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[0].qpn, qa->qpn);
+  EXPECT_EQ(limits[0].length, 5000u);
+  EXPECT_EQ(limits[0].status, 8192);
+  EXPECT_EQ(limits[1].length, 0u);
+  EXPECT_EQ(limits[1].status, 0);
+}
+
 TEST(VerbsTrace, TimeoutsAndTheErrorStateOfADeadPeer) {
   Pair p;
   Recorder ra;

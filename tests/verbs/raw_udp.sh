@@ -5,7 +5,8 @@
 # byte for byte; meanwhile ibv_rc_pingpong runs between the same two interfaces, as its own
 # uroce processes, and must finish as always. Neither sees the other's frames.
 # The port is the default's (af_packet) or UROCE_PORT's (dpdk: net_af_packet; af_xdp: one
-# process per interface holds the XDP hook, so the pingpong runs without it there).
+# process per interface holds the XDP hook, so the pingpong runs without it there). Then
+# perftest's raw_ethernet_bw paced by a per-QP rate limit.
 # Usage: raw_udp.sh LIBDIR UROCE RAW_UDP. Needs root (exit 77 = skipped otherwise).
 set -euo pipefail
 lib=$1 uroce=$2 prog=$3
@@ -76,3 +77,16 @@ wait "$pp_client" || { echo "FAIL: ibv_rc_pingpong client beside it"; cat "$dir/
 wait "$pp_server" || { echo "FAIL: ibv_rc_pingpong server"; cat "$dir/pp_server.log"; exit 1; }
 grep -q "iters in" "$dir/pp_client.log" || { echo "FAIL: pingpong printed no result"; cat "$dir/pp_client.log"; exit 1; }
 echo "ok: raw QP on ${UROCE_PORT:-af_packet}: $(tail -1 "$dir/raw.log"); beside it ibv_rc_pingpong: $(grep 'iters in' "$dir/pp_client.log")"
+
+# perftest's raw_ethernet_bw with packet pacing (ibv_modify_qp_rate_limit on its raw QP, from
+# packet_pacing_caps): 2 MiB/s, far below what any machine sends without a limit (100 MiB/s
+# and more), must hold. The sender alone: its own figure is what it got out.
+if command -v raw_ethernet_bw >/dev/null; then
+  ip netns exec "$nsA" "$uroce" run --iface "${tag}va" -- timeout 60 raw_ethernet_bw --client \
+    -d uroce0 -B "$mac_a" -E "$mac_b" -s 1400 -D 2 --rate_limit=2 --rate_units=M \
+    --rate_limit_type=PP >"$dir/paced.log" 2>&1 || { echo "FAIL: raw_ethernet_bw"; cat "$dir/paced.log"; exit 1; }
+  bw=$(awk '$1 == 1400 && NF >= 5 {print $4}' "$dir/paced.log" | tail -1)
+  awk -v b="${bw:-0}" 'BEGIN { exit !(b > 0.2 && b <= 2.2) }' \
+    || { echo "FAIL: raw_ethernet_bw paced at 2 MiB/s sent ${bw:-nothing} MiB/s"; cat "$dir/paced.log"; exit 1; }
+  echo "ok: raw_ethernet_bw --rate_limit=2 --rate_units=M --rate_limit_type=PP sends $bw MiB/s"
+fi
