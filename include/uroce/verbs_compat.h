@@ -41,20 +41,24 @@ extern "C" {
 #define UROCE_DEVICE_FLUSH_PERSISTENT (1ULL << 39)
 #define UROCE_DEVICE_ATOMIC_WRITE (1ULL << 40)
 
-/* struct ibv_qp_ex as rdma-core 45 and later lay it out: wr_flush follows wr_atomic_write.
- * uroce's ibv_qp_ex always has it. */
-struct uroce_qp_ex_flush {
-  struct ibv_qp_ex ex;
-  void (*wr_flush)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, size_t len,
-                   uint8_t type, uint8_t level);
-};
+/* rdma-core 45 and later put wr_flush right after wr_atomic_write in struct ibv_qp_ex;
+ * uroce's ibv_qp_ex always has it there. Addressed by offset, so that this works the same
+ * whether the headers at hand end the struct at wr_atomic_write (44) or at wr_flush (45+). */
+typedef void (*uroce_wr_flush_fn)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr,
+                                  size_t len, uint8_t type, uint8_t level);
+#define UROCE_WR_FLUSH_OFFSET \
+  (offsetof(struct ibv_qp_ex, wr_atomic_write) + sizeof(void (*)(void)))
+
+static inline uroce_wr_flush_fn *uroce_wr_flush_slot(struct ibv_qp_ex *qp) {
+  return (uroce_wr_flush_fn *)((char *)qp + UROCE_WR_FLUSH_OFFSET);
+}
 
 /* ibv_wr_flush(): a FLUSH of [remote_addr, remote_addr + len) under rkey (level
  * UROCE_FLUSH_RANGE) or of the whole MR rkey names (UROCE_FLUSH_MR), with placement `type`
  * (UROCE_FLUSH_GLOBAL and/or UROCE_FLUSH_PERSISTENT). Completes as UROCE_WC_FLUSH. */
 static inline void uroce_wr_flush(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr,
                                   size_t len, uint8_t type, uint8_t level) {
-  ((struct uroce_qp_ex_flush *)qp)->wr_flush(qp, rkey, remote_addr, len, type, level);
+  (*uroce_wr_flush_slot(qp))(qp, rkey, remote_addr, len, type, level);
 }
 
 #ifdef __cplusplus

@@ -407,19 +407,23 @@ struct QpRss {
 
 struct Qp {
   // First: lets the verbs layer convert ibv_qp* back to Qp*. ibv_qp_ex starts with an
-  // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast; it is
-  // followed by the wr_flush of rdma-core 45's layout (include/uroce/verbs_compat.h).
+  // ibv_qp (qp_base), as in rdma-core's own verbs_qp, so ibv_qp_to_qp_ex is a cast; room
+  // follows for the wr_flush of rdma-core 45's layout (include/uroce/verbs_compat.h), with
+  // either version's headers.
   union {
-    uroce_qp_ex_flush ex_flush{};
-    ibv_qp_ex ex;
+    ibv_qp_ex ex{};
     ibv_qp ibv;
+    std::array<char, UROCE_WR_FLUSH_OFFSET + sizeof(uroce_wr_flush_fn)> ex_with_flush;
   };
   void* ext = nullptr;  // the provider's ibv_wr_* builder when created with send_ops_flags
   // ibv_open_qp(3): a handle to an XRC target QP is a Qp of its own, outside the engine,
   // that names the target here (to_qp resolves it). The target counts its open handles: it
   // lives on until the last is destroyed when its creator's handle went first.
+  // `closing`: the creator's handle is being destroyed (no new opens, no second destroy);
+  // `creator_closed`: it is gone (all under the engine lock).
   Qp* real = nullptr;
   uint32_t opens = 0;
+  bool closing = false;
   bool creator_closed = false;
   uint32_t qpn = 0;
   ibv_qp_type type = IBV_QPT_RC;

@@ -236,7 +236,9 @@ bool Engine::raw_send(Qp* qp, SendWqe& w) {
   counters_.inc(Counter::tx_raw);
   if ((f->data[0] & 1) != 0) raw_receive(f, qp);  // multicast or broadcast: ours too
   tx_frame(f);
-  paced(qp, w.length);  // a rate limit (ibv_modify_qp_rate_limit) holds raw frames too
+  // A rate limit (ibv_modify_qp_rate_limit) holds raw frames too (DCQCN does not: no CNP
+  // names a raw QP).
+  if (qp->cc.rate_limit_kbps != 0) advance_pace(qp, w.length);
   return true;
 }
 

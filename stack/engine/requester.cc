@@ -233,7 +233,9 @@ bool Engine::requester_step(Qp* qp, uint32_t* budget) {
       }
       // A UD QP's datagrams are held to its rate too (DCQCN per QP, whoever they go to), a
       // raw QP's frames to its rate limit.
-      if ((qp->type == IBV_QPT_UD || qp->type == IBV_QPT_RAW_PACKET) && pace_wait(qp))
+      if ((qp->type == IBV_QPT_UD ||
+           (qp->type == IBV_QPT_RAW_PACKET && qp->cc.rate_limit_kbps != 0)) &&
+          pace_wait(qp))
         break;  // the pace timer wakes us
       if (!prepare_wqe(qp, w)) {
         ++qp->req.assigned_end;

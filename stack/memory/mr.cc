@@ -107,7 +107,11 @@ int region_errno(const Pd* pd, const void* addr, uint64_t length, int access, Pa
       (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
   if (pd == nullptr || (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE))) return EINVAL;
   // Durability only where msync() gives it (as rxe allows persistence on pmem pages only).
-  if ((access & UROCE_ACCESS_FLUSH_PERSISTENT) && !shared_file_range(addr, length)) return EINVAL;
+  // Checked with the pages (kCheck, before the engine lock): reading /proc/self/maps takes
+  // the kernel's mmap lock.
+  if ((access & UROCE_ACCESS_FLUSH_PERSISTENT) && pages != Pages::kChecked &&
+      !shared_file_range(addr, length))
+    return EINVAL;
   if (access & IBV_ACCESS_ON_DEMAND) {
     // On-demand paging: nothing is pinned or faulted in now; each access checks its pages
     // (MrTable::check). Only a range that wraps is refused, and the implicit MR (NULL,
@@ -425,7 +429,8 @@ bool MrTable::bind(const BindRequest& b, const Pd* pd, uint32_t qpn) {
     w.host = at(mr->host, b.addr - mr->iova);
     w.length = b.length;
     w.access = b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                           IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED);
+                           IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED |
+                           UROCE_ACCESS_FLUSH_GLOBAL | UROCE_ACCESS_FLUSH_PERSISTENT);
     w.qpn = w.type == IBV_MW_TYPE_2 ? qpn : 0;
   }
   w.key = b.new_key;

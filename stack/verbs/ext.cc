@@ -454,7 +454,7 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     x.wr_complete = wr_complete;
     x.wr_abort = wr_abort;
     x.wr_atomic_write = wr_atomic_write;
-    q->ex_flush.wr_flush = wr_flush;  // rdma-core 45's layout (uroce/verbs_compat.h)
+    *uroce_wr_flush_slot(&x) = wr_flush;  // rdma-core 45's layout (uroce/verbs_compat.h)
   }
   return qp;
 }

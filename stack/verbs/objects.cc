@@ -120,18 +120,23 @@ int destroy_qp(ibv_qp* qp, bool wait) {
   Runtime* rt = runtime_of(qp->context);
   Qp* q = reinterpret_cast<Qp*>(qp);  // the handle itself, not what it names
   if (q->real != nullptr) return close_opened_qp(q);
-  bool keep = false;
   {
     EngineLock lock(rt);
-    if (rt->engine->qp_by_num(q->qpn) != q || q->creator_closed) return EINVAL;
+    if (rt->engine->qp_by_num(q->qpn) != q || q->closing) return EINVAL;
     if (q->flows != 0) return EBUSY;  // its flow rules first, as with the kernel's verbs
-    // An XRC target others opened: this handle closes, the QP stays theirs.
-    keep = q->opens != 0;
-    q->creator_closed = keep;
+    q->closing = true;  // ibv_open_qp finds it no more
   }
   // Forget it first: events read from now on are dropped; then wait for the ones read before.
   disown(qp->context, &ContextState::qps, q);
   if (wait) wait_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->async_events_read);
+  // An XRC target others opened: this handle closes, the QP stays theirs (the last of their
+  // handles frees it, close_opened_qp).
+  bool keep;
+  {
+    EngineLock lock(rt);
+    keep = q->opens != 0;
+    q->creator_closed = true;
+  }
   if (!keep) uroce::verbs::free_qp(rt, q);
   return 0;
 }
@@ -1401,7 +1406,11 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     if (int e = resolve_dest(rt, attr->ah_attr); e != 0) return e;
   }
   EngineLock lock(rt);
-  return rt->engine->modify_qp(to_qp(qp), attr, mask);
+  const int rc = rt->engine->modify_qp(to_qp(qp), attr, mask);
+  // The handle's state as rdma-core keeps it (an opened handle's too; the engine updates the
+  // QP's own).
+  if (rc == 0 && (mask & IBV_QP_STATE)) qp->state = attr->qp_state;
+  return rc;
 }
 
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {

@@ -726,7 +726,7 @@ void Runtime::deliver_async_locked() {
     out.event_type = ev.type;
     ibv_context* owner = nullptr;
     uint32_t id = 0;
-    if (ev.qp != nullptr && ev.qp->is_wq) {  // a receive work queue: its ibv_wq (objects.cc)
+    if (ev.qp != nullptr && ev.qp->is_wq && ev.type == IBV_EVENT_WQ_FATAL) {  // its ibv_wq
       out.element.wq = static_cast<ibv_wq*>(ev.qp->ibv.qp_context);
       owner = ev.qp->ibv.context;
       id = ev.qp->qpn;

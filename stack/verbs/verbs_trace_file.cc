@@ -113,8 +113,8 @@ void VerbsTraceFile::event(const VerbsEvent& e) {
     }
     case K::kRateLimit:
       // rate_limit QPN - - KBPS BURST_BYTES -
-      std::fprintf(f_, "%" PRIu64 "\trate_limit\t%u\t-\t-\t%u\t%d\t-\n", t, e.qpn, e.length,
-                   e.status);
+      std::fprintf(f_, "%" PRIu64 "\trate_limit\t%u\t-\t-\t%u\t%u\t-\n", t, e.qpn, e.length,
+                   static_cast<unsigned>(e.status));
       break;
     case K::kRate: {
       // rate QPN - CAUSE RATE_MBPS ALPHA TARGET_MBPS (alpha as a fraction, 3 decimals)

@@ -152,7 +152,7 @@ ibv_qp* op_open_qp(ibv_context* ctx, ibv_qp_open_attr* a) {
     EngineLock engine(rt);
     Qp* real = rt->engine->qp_by_num(a->qp_num);
     if (real == nullptr || real->type != IBV_QPT_XRC_RECV || real->xrcd != to_xrcd(a->xrcd) ||
-        real->creator_closed) {
+        real->closing) {
       errno = EINVAL;  // the kernel's answer for a number its domain does not have
       return nullptr;
     }

@@ -195,6 +195,39 @@ TEST_F(Responder, FlushNeedsTheQpsAndTheRegionsRightForItsPlacement) {
   EXPECT_TRUE(guards_intact());
 }
 
+TEST_F(Responder, FlushThroughAMemoryWindowNeedsTheWindowsRight) {
+  // A type 1 window with global visibility over an MR that may only be bound: a FLUSH for
+  // visibility through the window's key passes, one for persistence does not.
+  mem::Mr* bmr = engine->reg_mr(pd, mem.data() + 32, 4096,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(bmr, nullptr);
+  QpOptions o;
+  o.rq_psn = kEpsn;
+  o.access |= kFlushRights;
+  side_qp(o);
+  mem::Mw* w = engine->alloc_mw(pd, IBV_MW_TYPE_1);
+  ASSERT_NE(w, nullptr);
+  const uint64_t base = reinterpret_cast<uint64_t>(mem.data() + 32);
+  mem::BindRequest b{w->key, ibv_inc_rkey(w->key), bmr->key, base, 1024,
+                     IBV_ACCESS_REMOTE_WRITE | UROCE_ACCESS_FLUSH_GLOBAL, true};
+  ASSERT_EQ(engine->post_bind_mw(qp, 7, IBV_SEND_SIGNALED, b), 0);
+  step();
+  ibv_wc wc{};
+  ASSERT_EQ(engine->poll_cq(cq, 1, &wc), 1);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  ExtHeaders x = reth(0, 256, b.new_key);
+  x.feth.raw = UROCE_FLUSH_GLOBAL;
+  send(opcode::kRcFlush, kEpsn, {}, x);
+  auto out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.bth.opcode, opcode::kRcReadResponseOnly);
+  x.feth.raw = UROCE_FLUSH_PERSISTENT;
+  send(opcode::kRcFlush, kEpsn + 1, {}, x);
+  out = step();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].hdr.ext.aeth.nak_code(), NakCode::kRemoteAccessError);
+}
+
 TEST_F(Responder, FlushBeyondTheRegionOrWithoutAPlacementIsRefused) {
   QpOptions o;
   o.rq_psn = kEpsn;
