@@ -50,7 +50,12 @@ typedef void (*uroce_wr_flush_fn)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t 
   (offsetof(struct ibv_qp_ex, wr_atomic_write) + sizeof(void (*)(void)))
 
 static inline uroce_wr_flush_fn *uroce_wr_flush_slot(struct ibv_qp_ex *qp) {
+#ifdef __cplusplus
+  return reinterpret_cast<uroce_wr_flush_fn *>(reinterpret_cast<char *>(qp) +
+                                               UROCE_WR_FLUSH_OFFSET);
+#else
   return (uroce_wr_flush_fn *)((char *)qp + UROCE_WR_FLUSH_OFFSET);
+#endif
 }
 
 /* ibv_wr_flush(): a FLUSH of [remote_addr, remote_addr + len) under rkey (level
