@@ -598,7 +598,12 @@ ibv_flow* op_create_flow(ibv_qp* qp, ibv_flow_attr* attr) {
   Runtime* rt = runtime_of(qp->context);
   {
     EngineLock lock(rt);
-    u->rule = rt->engine->create_flow(to_qp(qp), attr);
+    // A QP being destroyed (destroy_qp found it without rules) takes no new one.
+    if (to_qp(qp)->closing) {
+      errno = EINVAL;
+    } else {
+      u->rule = rt->engine->create_flow(to_qp(qp), attr);
+    }
   }
   if (u->rule == nullptr) {
     const int e = errno;
