@@ -917,7 +917,8 @@ bool count_async_read(ibv_context* c, const ibv_async_event& ev, uint32_t id) {
       return true;
     }
     case EventObject::kQp: {
-      Qp* qp = to_qp(ev.element.qp);
+      // Not to_qp: the QP may be gone (looked up first, then read); events name the QP itself.
+      Qp* qp = reinterpret_cast<Qp*>(ev.element.qp);
       if (s->qps.count(qp) == 0 || qp->qpn != id) return false;
       count(&qp->ibv.mutex, &qp->async_events_read);
       return true;
