@@ -1,7 +1,7 @@
 // Case files: one step per line (docs/conformance.md).
 //
 //   title   A duplicate SEND is acknowledged again and delivered once
-//   clause  IBA 9.9.2.3.1 C9-105: a responder answers a duplicate request without redoing it
+//   clause  IBA 9.7.4: the responder answers a duplicate request without redoing it
 //   dut     mr m len=4096 access=lw,rw          (a request to the agent)
 //   dut     poll c n=1 wait=500 => 1:success:recv:100
 //   connect q mtu=1024

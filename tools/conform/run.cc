@@ -253,6 +253,7 @@ class CaseRun {
     size_t e = d + 1;
     while (e < w.size() && (isalnum(static_cast<unsigned char>(w[e])) || w[e] == '_' || w[e] == '.')) ++e;
     const std::string name = w.substr(d + 1, e - d - 1);
+    if (name == "ip") return w.substr(0, d) + wire::to_string(link_.ip()) + w.substr(e);  // ours
     const auto it = vars_.find(name);
     if (it == vars_.end()) {
       *bad = "$" + name + " is not known here (names come from earlier dut mr/qp steps and expects)";
@@ -301,7 +302,14 @@ class CaseRun {
     auto words = subst_all(s.words, &bad);
     if (!words) return Failure{Verdict::kError, bad};
     const std::string cmd = (*words)[0];
-    const std::string& ex = s.expectation;
+    std::string ex = s.expectation;
+    for (size_t d; (d = ex.find('$')) != std::string::npos;) {  // names in the expectation
+      size_t e = d + 1;
+      while (e < ex.size() && (isalnum(static_cast<unsigned char>(ex[e])) || ex[e] == '_' || ex[e] == '.')) ++e;
+      const auto v = subst(ex.substr(d, e - d), &bad);
+      if (!v) return Failure{Verdict::kError, bad};
+      ex = ex.substr(0, d) + *v + ex.substr(e);
+    }
     auto kv = key_values(*words, 1);
     // Polls and event reads wait as long as the expectation needs.
     if (cmd == "poll" || cmd == "events") {
@@ -599,7 +607,10 @@ class CaseRun {
     if (!p) return Failure{Verdict::kError, bad};
     const auto kv = key_values(*words, 2);
     const bool none = (*words)[1] == "none";
-    const uint64_t deadline = now_ns() + uint64_t{scaled_ms(num(kv, "within", none ? 100 : 1000))} * 1000000;
+    // "fixed": a bound that says "not sooner than" is not stretched for a slow device.
+    const int64_t within = num(kv, "within", none ? 100 : 1000);
+    const uint64_t ms = kv.count("fixed") ? static_cast<uint64_t>(within) : scaled_ms(within);
+    const uint64_t deadline = now_ns() + ms * 1000000;
     std::vector<uint8_t> f;
     if (none) {
       if (!next_for(p, deadline, &f)) return std::nullopt;
@@ -611,7 +622,7 @@ class CaseRun {
     if (!op) return Failure{Verdict::kError, "no opcode " + (*words)[1]};
     if (!next_for(p, deadline, &f)) {
       return Failure{Verdict::kFail, "expected " + s.text.substr(s.text.find((*words)[1])) + ", got nothing within " +
-                                         std::to_string(scaled_ms(num(kv, "within", 1000))) + " ms"};
+                                         std::to_string(ms) + " ms"};
     }
     wire::ParsedPacket pk;
     (void)wire::parse_frame(f, pk);
