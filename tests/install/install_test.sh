@@ -29,11 +29,15 @@ trap cleanup EXIT
 # check_installed PREFIX: the installed tree works on its own.
 check_installed() {
   local p=$1 c lib ld
-  for c in uroce "uroce run" "uroce devinfo" "uroce stats" uroce-dissect uroce-replay; do
+  for c in uroce "uroce run" "uroce devinfo" "uroce stats" uroce-dissect uroce-replay uroce-conform; do
     # shellcheck disable=SC2086  # "uroce run" is a command and its subcommand
     "$p/bin/"$c --help | grep -q '^usage: ' || fail "$c --help"
   done
-  for c in uroce uroce-dissect uroce-replay; do
+  [ -f "$p/share/uroce/conform/cases/rc.resp.send.case" ] || fail "no conformance cases"
+  "$p/bin/uroce-conform" --check "$p/share/uroce/conform/cases" >/dev/null || fail "the installed cases do not read"
+  cc -O2 -o "$dir/agent" "$p/share/uroce/conform/agent/agent.c" -libverbs || fail "the agent's source does not build"
+  "$dir/agent" --help | grep -q '^usage: ' || fail "uroce-conform-agent --help"
+  for c in uroce uroce-dissect uroce-replay uroce-conform; do
     grep -q "^\.SH NAME" "$p/share/man/man1/$c.1" 2>/dev/null || fail "no man page for $c"
   done
   grep -q '^\.SS "uroce run"' "$p/share/man/man1/uroce.1" || fail "uroce.1 lacks uroce run"

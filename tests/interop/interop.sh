@@ -8,6 +8,7 @@
 #   interop.sh case NAME        run one case (see `interop.sh list`)
 #   interop.sh stop             power the VM off, remove the link
 #   interop.sh list             the cases, one per line
+#   interop.sh conform          uroce-conform's cases against rdma_rxe (docs/conformance.md)
 #   interop.sh all              start + every case + stop (by hand; ctest runs them one by one)
 #
 # Topology (all created here, nothing else is touched):
@@ -38,6 +39,8 @@ UROCE=${UROCE_BIN:-$repo/build/tools/uroce/uroce}
 VERIFY=${VERIFY_BIN:-$repo/build/tests/interop/rdma_verify}
 SOAK=${SOAK_BIN:-$repo/build/tests/interop/rdma_soak}
 DISSECT=${DISSECT_BIN:-$repo/build/tools/dissect/uroce-dissect}
+CONFORM=${CONFORM_BIN:-$repo/build/tools/conform/uroce-conform}
+CONFORM_AGENT=${CONFORM_AGENT_BIN:-$repo/build/tools/conform/uroce-conform-agent}
 NS=urix BR=urbr0 TAP=urtap0 VETH=urix0 VETHBR=urix-br
 HOST_IP=10.78.0.1 VM_IP=10.78.0.11 VM_MAC=52:54:00:78:00:11 LINK_MTU=9000
 VMDIR=$STATE/vm
@@ -489,8 +492,41 @@ cmd_case() {
   rm -f "$pcap" "$pcap.verbs"
 }
 
+# uroce-conform's cases against rdma_rxe: uroce-conform-agent in the guest (an ordinary verbs
+# program on rxe0), the scripted side in the uroce namespace on the same bridge. Each case's
+# verdict must be the one tests/conform/rxe.expected records (docs/conformance.md explains
+# every case rxe does not pass from its packets); the results stay in $STATE/conform.txt,
+# conform.json and a capture per case in $STATE/conform/. Time bounds are stretched
+# CONFORM_TIME_SCALE times (default 5: the guest is emulated).
+cmd_conform() {
+  preflight
+  agent_running || die "the VM agent is not running (interop.sh start)"
+  [ -x "$CONFORM" ] && [ -x "$CONFORM_AGENT" ] || die "uroce-conform not built (set CONFORM_BIN, CONFORM_AGENT_BIN)"
+  local n netem="" port; n=$(cat "$STATE/next"); port=$((20000 + n))
+  cp "$CONFORM_AGENT" "$VMDIR/uroce-conform-agent"
+  CASE_TIMEOUT=600 guest_job "$n" "$(CASE_TIMEOUT=600 guest_script "$n" "/host/uroce-conform-agent -d rxe0 -g \$RXE_GID -p $port" "$port")"
+  for _ in $(seq 900); do [ -e "$VMDIR/job.$n.listening" ] || [ -e "$VMDIR/job.$n.rc" ] && break; sleep 0.1; done
+  rm -rf "$STATE/conform"
+  local rc=0
+  ip netns exec $NS "$CONFORM" --iface $VETH --agent $VM_IP:$port --time-scale "${CONFORM_TIME_SCALE:-5}" \
+    --out "$STATE/conform" --json "$STATE/conform.json" "$repo/tools/conform/cases" > "$STATE/conform.txt" 2>&1 || rc=$?
+  cat "$STATE/conform.txt"
+  guest_wait "$n" || { echo "the agent in the guest:"; cat "$VMDIR/job.$n.out"; }
+  [ $rc -le 1 ] || die "uroce-conform could not run against rxe (exit $rc)"
+  local got want diff
+  got=$(awk '/^(PASS|NOTE|FAIL|ERROR) /{print $2, $1}' "$STATE/conform.txt" | sort)
+  want=$(grep -v '^#' "$repo/tests/conform/rxe.expected" | awk 'NF{print $1, $2}' | sort)
+  if ! diff=$(diff <(echo "$want") <(echo "$got")); then
+    echo "FAIL: rxe's verdicts differ from tests/conform/rxe.expected (< expected, > now):"
+    echo "$diff"
+    return 1
+  fi
+  echo "ok: conform: $(echo "$got" | wc -l) cases against rdma_rxe, every verdict as recorded"
+}
+
 case "${1:-}" in
   start) cmd_start ;;
+  conform) cmd_conform ;;
   stop) cmd_stop ;;
   list) cmd_list ;;
   case) [ $# -eq 2 ] || die "usage: interop.sh case NAME"; cmd_case "$2" ;;

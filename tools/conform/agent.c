@@ -574,8 +574,8 @@ static void serve(int fd) {
   }
 }
 
-static void usage(void) {
-  fprintf(stderr,
+static void usage(FILE* f) {
+  fprintf(f,
           "usage: uroce-conform-agent [-d DEVICE] [-g GID_INDEX] [-p TCP_PORT] [-b BIND_ADDR]\n"
           "The device-under-test side of uroce-conform: serves one connection, then exits.\n");
 }
@@ -584,13 +584,17 @@ int main(int argc, char** argv) {
   const char* dev = NULL;
   const char* bind_addr = "0.0.0.0";
   int port = 18600, c;
+  if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
   while ((c = getopt(argc, argv, "d:g:p:b:h")) != -1) {
     switch (c) {
       case 'd': dev = optarg; break;
       case 'g': gid_index = atoi(optarg); break;
       case 'p': port = atoi(optarg); break;
       case 'b': bind_addr = optarg; break;
-      default: usage(); return c == 'h' ? 0 : 2;
+      default: usage(c == 'h' ? stdout : stderr); return c == 'h' ? 0 : 2;
     }
   }
   struct ibv_device** list = ibv_get_device_list(NULL);
