@@ -255,6 +255,62 @@ TEST(ReplayNegative, RecordedSeqNakTurnedIntoAckDiverges) {
   EXPECT_NE(r.out.find("NAK (PSN sequence error)"), std::string::npos) << r.out;
 }
 
+// ---- RoCEv2 over IPv6 ------------------------------------------------------------------------
+
+// The capture with every RoCE packet moved to IPv6: global addresses (2001:db8::N, from the
+// IPv4 address's last byte) or the link-local ones each host's MAC gives.
+std::string to_ipv6(const std::string& file, bool link_local) {
+  const std::string out = tmp_path(std::string(link_local ? "ll6-" : "v6-") + file);
+  mutate(pcap(file), out, [&](size_t, wire::RoceHeaders& h, std::vector<uint8_t>&) {
+    if (h.ipv6) return false;
+    const auto addr = [&](const wire::Ipv4Addr& a, const wire::MacAddr& m) {
+      if (link_local) return wire::link_local_gid(m);
+      wire::Gid g{0x20, 0x01, 0x0d, 0xb8};
+      g[15] = a[3];
+      return g;
+    };
+    h.ipv6 = true;
+    h.eth.ethertype = 0x86DD;
+    h.ip6.src = addr(h.ip4.src, h.eth.src);
+    h.ip6.dst = addr(h.ip4.dst, h.eth.dst);
+    h.ip6.traffic_class = static_cast<uint8_t>(h.ip4.dscp << 2 | h.ip4.ecn);
+    h.ip6.hop_limit = 64;
+    return true;
+  });
+  return out;
+}
+
+TEST(ReplayIpv6, KernelCapturesConformOverIpv6InBothRoles) {
+  for (const char* file : {"kernel-rxe-send_bw_64.pcap", "kernel-rxe-read_bw_4096-head.pcap",
+                           "kernel-rxe-atomic_bw_cas.pcap", "kernel-rxe-lossy_write_bw_4096-head.pcap",
+                           "kernel-rxe-ud_pingpong-head.pcap"})
+    for (const bool ll : {false, true})
+      for (const Role role : {Role::kResponder, Role::kRequester}) {
+        const std::string v6 = to_ipv6(file, ll);
+        const Outcome r = run_lib(v6, role);
+        EXPECT_EQ(r.code, 0) << file << (ll ? " link-local" : " global") << " as " << to_string(role)
+                             << ":\n" << r.out << r.err;
+        EXPECT_NE(r.out.find(ll ? "fe80::" : "2001:db8::"), std::string::npos) << r.out;
+      }
+}
+
+TEST(ReplayIpv6, ADivergenceOverIpv6IsFound) {
+  // The MSN of the recorded responder's first ACK made wrong, after the move to IPv6.
+  const std::string v6 = to_ipv6("kernel-rxe-send_bw_64.pcap", false);
+  const std::string out = tmp_path("v6-msn.pcap");
+  bool changed = false;
+  mutate(v6, out, [&](size_t, wire::RoceHeaders& h, std::vector<uint8_t>&) {
+    if (changed || h.bth.opcode != wire::opcode::kRcAck) return false;
+    h.ext.aeth.msn += 5;
+    changed = true;
+    return true;
+  });
+  ASSERT_TRUE(changed);
+  const Outcome r = run_lib(out, Role::kResponder);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("MSN"), std::string::npos) << r.out;
+}
+
 TEST(ReplayNegative, WrongMsnInRecordedAckDiverges) {
   const std::string out = tmp_path("send.pcap");
   int acks = 0;

@@ -59,11 +59,6 @@ bool load_capture(const std::string& path, Capture& cap, std::string& error) {
       ++cap.skipped_malformed;
       continue;
     }
-    if (pk.hdr.ipv6) {
-      error = path + ": frame " + std::to_string(pk.frame) +
-              ": RoCEv2 over IPv6 is not supported by uroce-replay yet";
-      return false;
-    }
     if (pk.info->transport == wire::Transport::kCnp) {  // congestion notification: not replayed
       ++cap.skipped_other;
       continue;
@@ -71,14 +66,14 @@ bool load_capture(const std::string& path, Capture& cap, std::string& error) {
     if (!have_hosts) {
       // The first RoCE packet fixes the two hosts; [0] is the one that sent the first
       // request (fixed up below if the capture starts with a response).
-      cap.ip[0] = pk.hdr.ip4.src;
-      cap.ip[1] = pk.hdr.ip4.dst;
+      cap.ip[0] = Capture::src_gid(pk);
+      cap.ip[1] = Capture::dst_gid(pk);
       cap.mac[0] = pk.hdr.eth.src;
       cap.mac[1] = pk.hdr.eth.dst;
       have_hosts = true;
     }
-    const bool ours = (pk.hdr.ip4.src == cap.ip[0] && pk.hdr.ip4.dst == cap.ip[1]) ||
-                      (pk.hdr.ip4.src == cap.ip[1] && pk.hdr.ip4.dst == cap.ip[0]);
+    const wire::Gid s = Capture::src_gid(pk), d = Capture::dst_gid(pk);
+    const bool ours = (s == cap.ip[0] && d == cap.ip[1]) || (s == cap.ip[1] && d == cap.ip[0]);
     if (!ours) {
       ++cap.skipped_other;
       continue;
@@ -87,7 +82,7 @@ bool load_capture(const std::string& path, Capture& cap, std::string& error) {
         pk.hdr.ext.deth.qkey == wire::kGsiQkey) {
       CmMad m;
       m.frame = pk.frame;
-      m.src = pk.hdr.ip4.src;
+      m.src = s;
       if (wire::CmMessage::parse(pk.payload(), m.msg) == wire::ParseError::kOk)
         cap.cm.push_back(std::move(m));
       else
@@ -108,7 +103,7 @@ bool load_capture(const std::string& path, Capture& cap, std::string& error) {
   // Host 0 is the requester of the first request.
   for (const Pkt& p : cap.pkts) {
     if (!p.info->is_request()) continue;
-    if (p.hdr.ip4.src != cap.ip[0]) {
+    if (Capture::src_gid(p) != cap.ip[0]) {
       std::swap(cap.ip[0], cap.ip[1]);
       std::swap(cap.mac[0], cap.mac[1]);
     }

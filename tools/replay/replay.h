@@ -56,14 +56,14 @@ bool decode_pkt(std::vector<uint8_t> bytes, Pkt& out, std::string* why = nullptr
 /// but a REQ and its REP name both QPs of a connection, their first PSNs and the path MTU.
 struct CmMad {
   size_t frame = 0;
-  wire::Ipv4Addr src{};
+  wire::Gid src{};  // IPv4 as an IPv4-mapped address
   wire::CmMessage msg;
 };
 
 struct Capture {
   std::vector<Pkt> pkts;  // RoCE packets between the two hosts, capture order (QP1's apart)
   std::vector<CmMad> cm;  // the CM MADs between them, capture order
-  wire::Ipv4Addr ip[2]{};  // the two hosts: [0] sends the first RoCE request
+  wire::Gid ip[2]{};       // the two hosts (IPv4 mapped): [0] sends the first RoCE request
   wire::MacAddr mac[2]{};
   size_t frames = 0;       // frames read
   size_t skipped_other = 0;      // ARP, TCP, ... and RoCE between other hosts
@@ -72,7 +72,19 @@ struct Capture {
   size_t skipped_snapped = 0;    // cut by the snap length: cannot be replayed
   size_t cm_unparsed = 0;        // MADs to QP1 that are not CM messages uroce knows
   /// Which host sent this packet (0 or 1).
-  int host_of(const Pkt& p) const { return p.hdr.ip4.src == ip[0] ? 0 : 1; }
+  int host_of(const Pkt& p) const { return src_gid(p) == ip[0] ? 0 : 1; }
+  /// A packet's source and destination addresses, IPv4 ones mapped.
+  static wire::Gid src_gid(const Pkt& p) {
+    return p.hdr.ipv6 ? p.hdr.ip6.src : wire::ipv4_mapped_gid(p.hdr.ip4.src);
+  }
+  static wire::Gid dst_gid(const Pkt& p) {
+    return p.hdr.ipv6 ? p.hdr.ip6.dst : wire::ipv4_mapped_gid(p.hdr.ip4.dst);
+  }
+  /// A host's address as people write it (dotted for IPv4).
+  static std::string name(const wire::Gid& g) {
+    if (wire::is_ipv4_mapped(g)) return wire::to_string(wire::Ipv4Addr{g[12], g[13], g[14], g[15]});
+    return wire::to_string(g);
+  }
 };
 
 /// Reads `path`. On failure returns false and sets `error` to one line ("FILE: problem").

@@ -55,8 +55,8 @@ std::string describe(const Pkt& p) {
 void print_text(std::ostream& out, const Capture& cap, const Scenario& sc, const Replay& rp,
                 const Verdict& v, const PrintOptions& opt) {
   const int x = replaced_host(sc);
-  out << "uroce replaces the " << to_string(sc.role) << " " << wire::to_string(cap.ip[x])
-      << " (" << wire::to_string(cap.mac[x]) << "); fed: " << wire::to_string(cap.ip[1 - x])
+  out << "uroce replaces the " << to_string(sc.role) << " " << Capture::name(cap.ip[x])
+      << " (" << wire::to_string(cap.mac[x]) << "); fed: " << Capture::name(cap.ip[1 - x])
       << "; path MTU " << sc.mtu << "\n";
   for (const QpSpec& q : sc.qps)
     out << "  QP " << hx(q.qpn) << " <-> " << hx(q.peer_qpn) << " "
@@ -167,7 +167,7 @@ void print_json(std::ostream& out, const Capture& cap, const Scenario& sc, const
   j.begin_object("summary");
   j.field("conforms", v.conforms());
   j.field("role", to_string(sc.role));
-  j.field("replaced_ip", wire::to_string(cap.ip[replaced_host(sc)]));
+  j.field("replaced_ip", Capture::name(cap.ip[replaced_host(sc)]));
   j.field("mtu", sc.mtu);
   j.field("compared", v.compared);
   j.begin_array("divergences");

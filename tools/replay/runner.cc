@@ -277,7 +277,17 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
   // ---- The engine, as the replaced host.
   ReplayPort port(cap.mac[x]);
   EngineConfig cfg;
-  cfg.ipv4 = cap.ip[x];
+  // The replaced host's address: IPv4 (GID 1, mapped), a global IPv6 one (GID 1) or the
+  // link-local one its MAC gives (GID 0).
+  uint8_t sgid = 1;
+  if (wire::is_ipv4_mapped(cap.ip[x])) {
+    const wire::Gid& g = cap.ip[x];
+    cfg.ipv4 = wire::Ipv4Addr{g[12], g[13], g[14], g[15]};
+  } else if (cap.ip[x] == wire::link_local_gid(cap.mac[x])) {
+    sgid = 0;
+  } else {
+    cfg.ipv6 = cap.ip[x];
+  }
   cfg.active_mtu = IBV_MTU_4096;
   cfg.max_qp = 16384;
   cfg.seed = 0x7265706c;
@@ -285,7 +295,7 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
   cfg.key_seed = 0x7265706b;                     // the same keys at every replay
   if (cap.pkts.front().hdr.eth.has_vlan) cfg.vlan_id = cap.pkts.front().hdr.eth.vid;
   Engine eng(port, cfg);
-  eng.set_neighbor(wire::ipv4_mapped_gid(cap.ip[o]), cap.mac[o]);
+  eng.set_neighbor(cap.ip[o], cap.mac[o]);
   mem::Pd* pd = eng.alloc_pd();
   Cq* cq = eng.create_cq(1 << 16);
   if (pd == nullptr || cq == nullptr) return error = "engine: cannot create PD/CQ", false;
@@ -375,7 +385,7 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
       if (qp->qpn != q.qpn)
         return error = "engine: QPN " + hex(q.qpn) + " is taken (QPs must be distinct)", false;
       qps[s] = qp;
-      const wire::Gid dgid = wire::ipv4_mapped_gid(cap.ip[o]);
+      const wire::Gid dgid = cap.ip[o];
       ibv_qp_attr a{};
       a.qp_state = IBV_QPS_INIT;
       a.port_num = 1;
@@ -393,7 +403,7 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
         a.rq_psn = *q.rq_psn;
         a.ah_attr.is_global = 1;
         a.ah_attr.port_num = 1;
-        a.ah_attr.grh.sgid_index = 1;
+        a.ah_attr.grh.sgid_index = sgid;
         a.ah_attr.grh.hop_limit = 64;
         std::memcpy(a.ah_attr.grh.dgid.raw, dgid.data(), 16);
         mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
@@ -424,7 +434,7 @@ bool run_replay(const Capture& cap, const Scenario& sc, Replay& out, std::string
         ibv_ah_attr aa{};
         aa.is_global = 1;
         aa.port_num = 1;
-        aa.grh.sgid_index = 1;
+        aa.grh.sgid_index = sgid;
         aa.grh.hop_limit = 64;
         std::memcpy(aa.grh.dgid.raw, dgid.data(), 16);
         ahs[s] = eng.create_ah(pd, &aa);

@@ -247,7 +247,7 @@ bool infer_scenario(const Capture& cap, Scenario& sc, std::string& error) {
   // packets tell better when they can).
   uint32_t cm_mtu = 0;
   if (!sc.qps_set) {
-    const wire::Ipv4Addr xip = cap.ip[x];
+    const wire::Gid xip = cap.ip[x];
     std::string frames;
     for (const CmMad& rep_mad : cap.cm) {
       const auto* rep = rep_mad.msg.get<wire::CmRep>();
