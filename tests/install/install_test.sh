@@ -35,7 +35,7 @@ check_installed() {
   done
   [ -f "$p/share/uroce/conform/cases/rc.resp.send.case" ] || fail "no conformance cases"
   "$p/bin/uroce-conform" --check "$p/share/uroce/conform/cases" >/dev/null || fail "the installed cases do not read"
-  cc -O2 -o "$dir/agent" "$p/share/uroce/conform/agent/agent.c" -libverbs || fail "the agent's source does not build"
+  cc -O2 -o "$dir/agent" "$p/share/uroce/conform/agent/agent.c" -libverbs -lrdmacm || fail "the agent's source does not build"
   "$dir/agent" --help | grep -q '^usage: ' || fail "uroce-conform-agent --help"
   for c in uroce uroce-dissect uroce-replay uroce-conform; do
     grep -q "^\.SH NAME" "$p/share/man/man1/$c.1" 2>/dev/null || fail "no man page for $c"

@@ -10,12 +10,15 @@
  *   uroce-conform-agent [-d DEVICE] [-g GID_INDEX] [-p TCP_PORT] [-b BIND_ADDR]
  *
  * The GID is by default the first RoCEv2 GID with an IPv4 address. The agent serves one
- * connection and exits when it closes. */
+ * connection and exits when it closes. Connections through the CM (cm_listen, cm_accept,
+ * cm_connect, ...) use librdmacm, on the device context librdmacm holds (rdma_get_devices),
+ * so that the QPs it makes and the agent's PD and CQs belong together. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <inttypes.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -48,6 +51,19 @@ struct qp_obj {
   char name[kNameLen];
   struct ibv_qp* qp;
   enum ibv_qp_type type;
+  struct rdma_cm_id* cm;  /* made by rdma_create_qp on this id: destroyed through it */
+};
+/* An rdma_cm id, and the events that came for it and were not asked for yet. */
+enum { kMaxEvents = 8 };
+struct cm_obj {
+  char name[kNameLen];
+  struct rdma_cm_id* id;
+  int n_ev;
+  struct {
+    enum rdma_cm_event_type type;
+    int status;
+    struct rdma_cm_id* conn; /* CONNECT_REQUEST: the new id */
+  } ev[kMaxEvents];
 };
 
 static struct ibv_context* ctx;
@@ -57,6 +73,8 @@ static union ibv_gid gid;
 static struct mr_obj mrs[kMaxObjs];
 static struct cq_obj cqs[kMaxObjs];
 static struct qp_obj qps[kMaxObjs];
+static struct cm_obj cms[kMaxObjs];
+static struct rdma_event_channel* channel;
 static struct ibv_ah* ahs[256];
 static int n_ahs;
 
@@ -203,8 +221,17 @@ static void drop_all(void) {
   n_ahs = 0;
   for (int i = 0; i < kMaxObjs; ++i)
     if (qps[i].name[0]) {
-      ibv_destroy_qp(qps[i].qp);
+      if (qps[i].cm) rdma_destroy_qp(qps[i].cm);
+      else ibv_destroy_qp(qps[i].qp);
       qps[i].name[0] = 0;
+      qps[i].cm = NULL;
+    }
+  for (int i = 0; i < kMaxObjs; ++i)
+    if (cms[i].name[0]) {
+      for (int k = 0; k < cms[i].n_ev; ++k)
+        if (cms[i].ev[k].conn) rdma_destroy_id(cms[i].ev[k].conn);
+      rdma_destroy_id(cms[i].id);
+      memset(&cms[i], 0, sizeof cms[i]);
     }
   for (int i = 0; i < kMaxObjs; ++i)
     if (cqs[i].name[0]) {
@@ -522,6 +549,189 @@ static int cmd_events(const struct req* r) {
   return 0;
 }
 
+/* ---- the connection manager (librdmacm) ---- */
+
+static const char* cm_event_name(enum rdma_cm_event_type t) {
+  const char* s = rdma_event_str(t); /* "RDMA_CM_EVENT_ESTABLISHED" */
+  return strncmp(s, "RDMA_CM_EVENT_", 14) == 0 ? s + 14 : s;
+}
+
+/* Reads the channel until an event for `c` is queued or `until` (ms) passes. */
+static int cm_pump(struct cm_obj* c, double until) {
+  for (;;) {
+    if (c->n_ev > 0) return 1;
+    struct pollfd pf = {channel->fd, POLLIN, 0};
+    double left = until - now_ms();
+    if (poll(&pf, 1, left > 0 ? (int)left + 1 : 0) <= 0) return 0;
+    struct rdma_cm_event* ev;
+    if (rdma_get_cm_event(channel, &ev)) return 0;
+    struct rdma_cm_id* owner = ev->listen_id ? ev->listen_id : ev->id;
+    for (int i = 0; i < kMaxObjs; ++i) {
+      struct cm_obj* o = &cms[i];
+      if (!o->name[0] || o->id != owner || o->n_ev == kMaxEvents) continue;
+      o->ev[o->n_ev].type = ev->event;
+      o->ev[o->n_ev].status = ev->status;
+      o->ev[o->n_ev].conn = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+      ++o->n_ev;
+      owner = NULL;
+      break;
+    }
+    if (owner && ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) rdma_reject(ev->id, NULL, 0);
+    rdma_ack_cm_event(ev);
+  }
+}
+
+static void cm_pop(struct cm_obj* c) {
+  memmove(&c->ev[0], &c->ev[1], sizeof c->ev[0] * (size_t)(c->n_ev - 1));
+  --c->n_ev;
+}
+
+static struct cm_obj* cm_new(const char* nm, struct rdma_cm_id* id) {
+  struct cm_obj* c = SLOT(cms);
+  if (!c) return NULL;
+  memset(c, 0, sizeof *c);
+  snprintf(c->name, kNameLen, "%s", nm);
+  c->id = id;
+  return c;
+}
+
+static int cm_name_ok(const char* nm) { return nm && strlen(nm) < kNameLen && !FIND(cms, nm); }
+
+/* cm_listen NAME port=P */
+static int cmd_cm_listen(const struct req* r) {
+  const char* nm = r->argc > 1 ? r->argv[1] : NULL;
+  if (!cm_name_ok(nm)) return fail("cm_listen: a new name, please");
+  struct rdma_cm_id* id;
+  if (rdma_create_id(channel, &id, NULL, RDMA_PS_TCP)) return fail("rdma_create_id: %s", strerror(errno));
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)num(r, "port", 7000))};
+  memcpy(&sa.sin_addr, gid.raw + 12, 4);
+  if (rdma_bind_addr(id, (struct sockaddr*)&sa) || rdma_listen(id, 4)) {
+    int e = errno;
+    rdma_destroy_id(id);
+    return fail("rdma_bind_addr/rdma_listen: %s", strerror(e));
+  }
+  if (!cm_new(nm, id)) {
+    rdma_destroy_id(id);
+    return fail("cm_listen: too many ids");
+  }
+  return reply("ok");
+}
+
+/* The QP of a connection: RC, on the agent's PD and the CQ named cq=. */
+static int cm_make_qp(const struct req* r, struct rdma_cm_id* id, const char* qname) {
+  struct cq_obj* cq = FIND(cqs, arg(r, "cq"));
+  struct qp_obj* q = SLOT(qps);
+  if (!cq || !qname || strlen(qname) >= kNameLen || FIND(qps, qname) || !q) return -1;
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = ia.recv_cq = cq->cq;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  ia.qp_type = IBV_QPT_RC;
+  if (rdma_create_qp(id, pd, &ia)) return -1;
+  snprintf(q->name, kNameLen, "%s", qname);
+  q->qp = id->qp;
+  q->type = IBV_QPT_RC;
+  q->cm = id;
+  return 0;
+}
+
+static void cm_param(const struct req* r, struct rdma_conn_param* p) {
+  memset(p, 0, sizeof *p);
+  p->responder_resources = (uint8_t)num(r, "rd", 4);
+  p->initiator_depth = (uint8_t)num(r, "rd", 4);
+  p->retry_count = (uint8_t)num(r, "retry", 7);
+  p->rnr_retry_count = (uint8_t)num(r, "rnr_retry", 7);
+}
+
+/* cm_accept LISTENER NAME qp=Q cq=C [wait=MS] [rd=N]: takes the next connection request,
+ * makes its QP and accepts. cm_reject LISTENER [wait=MS]: rejects the next one. */
+static int cmd_cm_accept(const struct req* r) {
+  struct cm_obj* l = FIND(cms, r->argc > 1 ? r->argv[1] : NULL);
+  const int reject = strcmp(r->argv[0], "cm_reject") == 0;
+  const char* nm = r->argc > 2 ? r->argv[2] : NULL;
+  if (!l || (!reject && !cm_name_ok(nm))) return fail("%s: LISTENER [NAME qp= cq=]", r->argv[0]);
+  if (!cm_pump(l, now_ms() + (double)num(r, "wait", 2000))) return fail("no connection request came");
+  if (l->ev[0].type != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    const char* what = cm_event_name(l->ev[0].type);
+    cm_pop(l);
+    return fail("the listener's next event is %s", what);
+  }
+  struct rdma_cm_id* id = l->ev[0].conn;
+  cm_pop(l);
+  if (reject) {
+    rdma_reject(id, NULL, 0);
+    rdma_destroy_id(id);
+    return reply("ok");
+  }
+  struct cm_obj* c = cm_new(nm, id);
+  if (!c || cm_make_qp(r, id, arg(r, "qp"))) {
+    if (c) memset(c, 0, sizeof *c);
+    rdma_reject(id, NULL, 0);
+    rdma_destroy_id(id);
+    return fail("cm_accept: cannot make the QP (qp=NEW cq=CQ)");
+  }
+  struct rdma_conn_param p;
+  cm_param(r, &p);
+  if (rdma_accept(id, &p)) return fail("rdma_accept: %s", strerror(errno));
+  return reply("ok qpn=0x%x", id->qp->qp_num);
+}
+
+static int cm_wait_for(struct cm_obj* c, enum rdma_cm_event_type want, double until) {
+  if (!cm_pump(c, until)) return -1;
+  const int ok = c->ev[0].type == want;
+  cm_pop(c);
+  return ok ? 0 : -1;
+}
+
+/* cm_connect NAME qp=Q cq=C dip=ADDR port=P [wait=MS] [rd=N]: resolves, makes the QP and
+ * sends the REQ (the rest comes as events: cm_event). */
+static int cmd_cm_connect(const struct req* r) {
+  const char* nm = r->argc > 1 ? r->argv[1] : NULL;
+  if (!cm_name_ok(nm)) return fail("cm_connect: a new name, please");
+  struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+  memcpy(&src.sin_addr, gid.raw + 12, 4);
+  dst.sin_port = htons((uint16_t)num(r, "port", 7000));
+  if (!arg(r, "dip") || inet_pton(AF_INET, arg(r, "dip"), &dst.sin_addr) != 1) return fail("cm_connect: dip=ADDR");
+  struct rdma_cm_id* id;
+  if (rdma_create_id(channel, &id, NULL, RDMA_PS_TCP)) return fail("rdma_create_id: %s", strerror(errno));
+  struct cm_obj* c = cm_new(nm, id);
+  if (!c) {
+    rdma_destroy_id(id);
+    return fail("cm_connect: too many ids");
+  }
+  const double until = now_ms() + (double)num(r, "wait", 2000);
+  if (rdma_resolve_addr(id, (struct sockaddr*)&src, (struct sockaddr*)&dst, 2000) ||
+      cm_wait_for(c, RDMA_CM_EVENT_ADDR_RESOLVED, until))
+    return fail("the address did not resolve");
+  if (rdma_resolve_route(id, 2000) || cm_wait_for(c, RDMA_CM_EVENT_ROUTE_RESOLVED, until))
+    return fail("the route did not resolve");
+  if (cm_make_qp(r, id, arg(r, "qp"))) return fail("cm_connect: cannot make the QP (qp=NEW cq=CQ)");
+  struct rdma_conn_param p;
+  cm_param(r, &p);
+  if (rdma_connect(id, &p)) return fail("rdma_connect: %s", strerror(errno));
+  return reply("ok qpn=0x%x", id->qp->qp_num);
+}
+
+/* cm_event NAME [wait=MS]: the id's next event (ESTABLISHED, REJECTED, DISCONNECTED, ...). */
+static int cmd_cm_event(const struct req* r) {
+  struct cm_obj* c = FIND(cms, r->argc > 1 ? r->argv[1] : NULL);
+  if (!c) return fail("cm_event: no such id");
+  if (!cm_pump(c, now_ms() + (double)num(r, "wait", 0))) return reply("ok ev=none");
+  const char* name = cm_event_name(c->ev[0].type);
+  const int status = c->ev[0].status;
+  if (c->ev[0].conn) rdma_reject(c->ev[0].conn, NULL, 0), rdma_destroy_id(c->ev[0].conn);
+  cm_pop(c);
+  return reply("ok ev=%s status=%d", name, status);
+}
+
+/* cm_disconnect NAME */
+static int cmd_cm_disconnect(const struct req* r) {
+  struct cm_obj* c = FIND(cms, r->argc > 1 ? r->argv[1] : NULL);
+  if (!c) return fail("cm_disconnect: no such id");
+  return rdma_disconnect(c->id) ? fail("rdma_disconnect: %s", strerror(errno)) : reply("ok");
+}
+
 static int dispatch(struct req* r) {
   static const struct {
     const char* name;
@@ -529,7 +739,10 @@ static int dispatch(struct req* r) {
   } table[] = {{"hello", cmd_hello}, {"mr", cmd_mr},     {"fill", cmd_fill},   {"get", cmd_get},
                {"cq", cmd_cq},       {"qp", cmd_qp},     {"init", cmd_modify}, {"rtr", cmd_modify},
                {"rts", cmd_modify},  {"err", cmd_modify}, {"reset", cmd_modify}, {"state", cmd_state},
-               {"recv", cmd_recv},   {"send", cmd_send}, {"poll", cmd_poll},   {"events", cmd_events}};
+               {"recv", cmd_recv},   {"send", cmd_send}, {"poll", cmd_poll},   {"events", cmd_events},
+               {"cm_listen", cmd_cm_listen}, {"cm_accept", cmd_cm_accept}, {"cm_reject", cmd_cm_accept},
+               {"cm_connect", cmd_cm_connect}, {"cm_event", cmd_cm_event},
+               {"cm_disconnect", cmd_cm_disconnect}};
   if (r->argc == 0) return fail("empty line");
   if (strcmp(r->argv[0], "clear") == 0) {
     drop_all();
@@ -609,8 +822,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "uroce-conform-agent: no device %s (-d names one of ibv_devices')\n", dev);
     return 1;
   }
-  ctx = ibv_open_device(d);
-  pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+  /* The context librdmacm uses for this device, so that its ids' QPs can use our PD and CQs;
+   * a context of our own when librdmacm has none. */
+  int n_cm = 0;
+  struct ibv_context** cm_ctxs = rdma_get_devices(&n_cm);
+  for (int i = 0; cm_ctxs && i < n_cm; ++i)
+    if (strcmp(ibv_get_device_name(cm_ctxs[i]->device), ibv_get_device_name(d)) == 0) ctx = cm_ctxs[i];
+  const int own_ctx = ctx == NULL;
+  if (own_ctx) ctx = ibv_open_device(d);
+  channel = rdma_create_event_channel();
+  pd = ctx && channel ? ibv_alloc_pd(ctx) : NULL;
   if (!pd) {
     fprintf(stderr, "uroce-conform-agent: cannot open %s: %s\n", ibv_get_device_name(d), strerror(errno));
     return 1;
@@ -639,7 +860,9 @@ int main(int argc, char** argv) {
   close(fd);
   drop_all();
   ibv_dealloc_pd(pd);
-  ibv_close_device(ctx);
+  rdma_destroy_event_channel(channel);
+  if (own_ctx) ibv_close_device(ctx);
+  if (cm_ctxs) rdma_free_devices(cm_ctxs);
   ibv_free_device_list(list);
   return 0;
 }

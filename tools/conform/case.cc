@@ -7,6 +7,8 @@
 //   connect q mtu=1024
 //   send    q SEND_ONLY psn=0 len=100 seed=3 ackreq
 //   expect  q ACKNOWLEDGE psn=0 syndrome=ack within=200
+//   cm_send REQ as=q port=7471                  (a CM MAD from our QP1)
+//   cm_expect REP                               (the DUT's CM answers)
 //   impl expect q ...                           (the spec leaves it open: a difference is a note)
 #include <cstdlib>
 #include <fstream>
@@ -101,8 +103,12 @@ std::optional<Case> load_case(const std::string& path, std::string* error) {
     } else if (key == "connect" || key == "send" || key == "expect") {
       s.kind = key == "connect" ? StepKind::kConnect : key == "send" ? StepKind::kSend : StepKind::kExpect;
       s.words = split_words(rest);
+    } else if (key == "cm_send" || key == "cm_expect") {
+      s.kind = key == "cm_send" ? StepKind::kCmSend : StepKind::kCmExpect;
+      s.words = split_words(rest);
     } else {
-      *error = where() + "a step begins with title, clause, dut, connect, send, expect or impl (not '" + key + "')";
+      *error = where() + "a step begins with title, clause, dut, connect, send, expect, cm_send, cm_expect or impl (not '" +
+               key + "')";
       return std::nullopt;
     }
     if (s.words.empty()) {

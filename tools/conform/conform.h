@@ -26,6 +26,8 @@ enum class StepKind : uint8_t {
   kConnect,  // the DUT's QP to RTS against ours
   kSend,     // a packet from us
   kExpect,   // a packet from the DUT (or none)
+  kCmSend,   // a CM MAD from our QP1
+  kCmExpect, // a CM MAD from the DUT's QP1 (or none)
 };
 
 struct Step {
