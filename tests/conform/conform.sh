@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # uroce-conform against uroce: the agent under `uroce run` in namespace A (the port
 # UROCE_PORT names, af_packet by default), the scripted side on the veth's other end in B.
-# Every case in tools/conform/cases must pass (JSON checked, a capture each, one ladder
-# drawn); then every case in tests/conform/wrong (deliberately wrong expectations) must fail,
+# Every case in tools/conform/cases must pass (JSON checked, a capture and a ladder diagram
+# each); then every case in tests/conform/wrong (deliberately wrong expectations) must fail,
 # so that the tool is shown able to fail.
-# Usage: conform.sh UROCE CONFORM AGENT DISSECT CASES WRONG. Needs root (exit 77 otherwise).
+# Usage: conform.sh UROCE CONFORM AGENT CASES WRONG. Needs root (exit 77 otherwise).
 set -euo pipefail
-uroce=$1 conform=$2 agent=$3 dissect=$4 cases=$5 wrong=$6
+uroce=$1 conform=$2 agent=$3 cases=$4 wrong=$5
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root for network namespaces"; exit 77; }
 . "$(dirname "$0")/../../tools/lib/netns.sh"  # ns_test, wait_listen
 tag=cf$$
@@ -38,11 +38,11 @@ assert len(cases) == int(sys.argv[2]), f"{len(cases)} results for {sys.argv[2]} 
 bad = [c["name"] for c in cases if c["verdict"] != "PASS"]
 assert not bad, f"not passed: {bad}"
 assert all(c["frames_sent"] + c["frames_received"] > 0 for c in cases), "a case moved no frame"
+assert all(c["ladder"].endswith(".html") for c in cases), "a case without its ladder diagram"
 print(f"json: {len(cases)} cases, all PASS, dut {r['dut']}")
 PY
 [ "$(ls "$dir/good.pcaps"/*.pcap | wc -l)" -eq "$want" ] || { echo "FAIL: not a capture per case"; exit 1; }
-"$dissect" --ladder "$dir/ladder.html" "$dir/good.pcaps/rc.req.nak_seq.pcap" >/dev/null
-grep -q "PSN-seq-error\|PSN sequence" "$dir/ladder.html" || { echo "FAIL: the ladder shows no NAK"; exit 1; }
+grep -q "PSN-seq-error\|PSN sequence" "$dir/good.pcaps/rc.req.nak_seq.html" || { echo "FAIL: the ladder shows no NAK"; exit 1; }
 
 rc=0
 run_cases "$wrong" "$dir/wrong" || rc=$?

@@ -99,6 +99,7 @@ struct CaseResult {
   uint64_t frames_sent = 0, frames_received = 0;
   double seconds = 0;
   std::string pcap;
+  std::string ladder;  // the capture drawn (uroce-dissect --ladder)
 };
 
 class Runner {

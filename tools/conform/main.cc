@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "conform.h"
+#include "dissect/run.h"
 
 namespace {
 
@@ -27,7 +29,7 @@ void usage(FILE* f) {
           "  --agent HOST:PORT  where uroce-conform-agent listens (port 18600 by default)\n"
           "  --ip ADDR          our IPv4 address (default: IFACE's first)\n"
           "  --dut-mac MAC      the device's MAC (default: what the agent reports)\n"
-          "  --out DIR          a capture of each case, DIR/CASE.pcap (uroce-dissect --ladder draws it)\n"
+          "  --out DIR          a capture of each case, DIR/CASE.pcap, and its ladder diagram, DIR/CASE.html\n"
           "  --json FILE        the results as JSON\n"
           "  --time-scale K     multiply every time bound by K (a slow device: an emulated VM)\n"
           "  --check            only read the cases and report the first error in each\n"
@@ -81,7 +83,8 @@ void write_json(const std::string& path, const std::string& dut, const std::vect
     for (size_t k = 0; k < r.clauses.size(); ++k) f << (k ? ", " : "") << json_str(r.clauses[k]);
     f << "], \"message\": " << json_str(r.message) << ", \"line\": " << r.failed_line
       << ", \"frames_sent\": " << r.frames_sent << ", \"frames_received\": " << r.frames_received
-      << ", \"seconds\": " << r.seconds << ", \"pcap\": " << json_str(r.pcap) << "}"
+      << ", \"seconds\": " << r.seconds << ", \"pcap\": " << json_str(r.pcap)
+      << ", \"ladder\": " << json_str(r.ladder) << "}"
       << (i + 1 < rs.size() ? ",\n" : "\n");
   }
   f << "]}\n";
@@ -153,6 +156,12 @@ int main(int argc, char** argv) {
   int count[4] = {0, 0, 0, 0};
   for (const auto& c : cases) {
     CaseResult r = runner->run(c);
+    if (!r.pcap.empty()) {  // the capture as a ladder diagram: a failure is a picture
+      const std::string html = opt.out_dir + "/" + r.name + ".html";
+      std::ofstream page(html);
+      std::ostringstream why;
+      if (page && uroce::dissect::dissect_file(r.pcap, uroce::dissect::Mode::kLadder, page, why) == 0) r.ladder = html;
+    }
     ++count[static_cast<int>(r.verdict)];
     printf("%-5s %-34s %s%s%s\n", to_string(r.verdict), r.name.c_str(), r.clauses.front().c_str(),
            r.message.empty() ? "" : "\n      ", r.message.c_str());
