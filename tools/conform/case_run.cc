@@ -269,6 +269,16 @@ std::optional<uint8_t> CaseRun::syndrome_of(const std::string& s) {
   return std::nullopt;
 }
 
+wire::RoceHeaders CaseRun::to_dut() {
+  wire::RoceHeaders h;
+  h.eth.dst = dut_mac_;
+  h.eth.src = link_.mac();
+  h.ip4.src = link_.ip();
+  h.ip4.dst = dut_ip_;
+  h.ip4.ident = ident_++;
+  return h;
+}
+
 std::optional<Failure> CaseRun::send(const Step& s) {
   std::string bad;
   auto words = subst_all(s.words, &bad);
@@ -279,12 +289,7 @@ std::optional<Failure> CaseRun::send(const Step& s) {
   if (!op) return Failure{Verdict::kError, "no opcode " + (*words)[1]};
   const auto& info = wire::opcode_info(*op);
   const auto kv = key_values(*words, 2);
-  wire::RoceHeaders h;
-  h.eth.dst = dut_mac_;
-  h.eth.src = link_.mac();
-  h.ip4.src = link_.ip();
-  h.ip4.dst = dut_ip_;
-  h.ip4.ident = ident_++;
+  wire::RoceHeaders h = to_dut();
   h.ip4.ecn = static_cast<uint8_t>(num(kv, "ecn", wire::kEcnNotEct));
   if (kv.count("ce")) h.ip4.ecn = wire::kEcnCe;
   h.udp.src_port = static_cast<uint16_t>(0xC000 | (p->qpn & 0x3FFF));

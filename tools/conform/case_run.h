@@ -65,6 +65,8 @@ class CaseRun {
   // An opcode by name: RC_SEND_ONLY, or SEND_ONLY with the QP's transport, or 0x04.
   static std::optional<uint8_t> opcode_of(const std::string& w, wire::Transport t);
   static std::optional<uint8_t> syndrome_of(const std::string& s);
+  // Headers from us to the DUT, the next IPv4 identification taken.
+  wire::RoceHeaders to_dut();
   std::optional<Failure> send(const Step& s);
 
   // Sorts what the link received into the QPs' queues, until `p` has one or the deadline.

@@ -26,12 +26,7 @@ bool CaseRun::next_mad(uint64_t deadline, wire::CmMessage* out, std::string* raw
 }
 
 bool CaseRun::send_mad(const wire::CmMessage& m) {
-  wire::RoceHeaders h;
-  h.eth.dst = dut_mac_;
-  h.eth.src = link_.mac();
-  h.ip4.src = link_.ip();
-  h.ip4.dst = dut_ip_;
-  h.ip4.ident = ident_++;
+  wire::RoceHeaders h = to_dut();
   h.udp.src_port = 0xC001;
   h.bth.opcode = wire::opcode::kUdSendOnly;
   h.bth.dest_qp = wire::kGsiQpn;
