@@ -337,6 +337,12 @@ std::optional<Failure> CaseRun::send(const Step& s) {
   if (n == 0) return Failure{Verdict::kError, "cannot build that packet"};
   frame.resize(n);
   if (kv.count("bad_icrc")) frame[n - 1] ^= 0x5A;
+  // Damage below RoCE: the IPv4 header checksum (bytes 10-11 of the IP header, behind the
+  // 14-byte Ethernet header: no VLAN tag here), or the frame cut short of the lengths its IP
+  // and UDP headers give.
+  if (kv.count("bad_ipsum")) frame[14 + 10] ^= 0xFF;
+  if (const int64_t cut = num(kv, "cut", 0); cut > 0 && static_cast<size_t>(cut) < n - 14 - 20)
+    frame.resize(n - static_cast<size_t>(cut));
   if (!link_.send(frame)) return Failure{Verdict::kError, "the link did not take the frame"};
   ++sent;
   return std::nullopt;
