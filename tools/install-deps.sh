@@ -21,6 +21,7 @@ packages=(
   python3-pyverbs time                       # pyverbs smoke test; /usr/bin/time for the bench
   gnuplot-nox                                # plots of the benchmark scripts
   chromium                                   # uroce-dissect --ladder's page tested in a browser
+  emscripten                                 # the engine in WebAssembly (tools/lab, issue 46)
   podman crun runc catatonit netavark         # containers (tests/verbs/podman.sh; runc where crun
                                              #   refuses the host's cgroup layout)
   qemu-system-x86 qemu-utils debootstrap     # the kernel Soft-RoCE VM (../shared/rxe-vm) for

@@ -12,12 +12,23 @@
 
 #include "uroce/verbs_compat.h"
 
+// A C library that does not name them (emscripten's, for the lab in the browser) has no
+// kernel behind it to pin pages either.
+#if !defined(MADV_POPULATE_READ) || !defined(MADV_POPULATE_WRITE)
+#define UROCE_NO_MADV_POPULATE 1
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
 namespace uroce::mem {
 
 namespace {
 /// Whether this kernel knows MADV_POPULATE_READ/WRITE (5.14+): asked once, on a page of
 /// this function's own stack.
 bool populate_supported() {
+#ifdef UROCE_NO_MADV_POPULATE
+  return false;
+#endif
   static const bool yes = [] {
     unsigned char probe[1] = {0};
     const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -60,6 +71,11 @@ int host_range_errno(const void* addr, uint64_t length, bool write) {
   if (length == 0) return 0;
   const auto start = reinterpret_cast<uintptr_t>(addr);
   if (start + length < start) return EINVAL;  // wraps around the address space
+#ifdef __EMSCRIPTEN__
+  // WebAssembly (the lab): one linear memory, every byte of it there and writable.
+  (void)write;
+  return 0;
+#endif
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t first = start & ~(page - 1);
   const uintptr_t end = start + length;
@@ -215,10 +231,12 @@ uint32_t MrTable::draw() {
       if (seed_ == 0) seed_ = 1;  // stay seeded
     } else {
       if (pool_left_ == 0) {
-        ssize_t got;
+        ssize_t got = -1;
+#ifndef __EMSCRIPTEN__  // (no getrandom there: the C++ library's source below)
         do {
           got = getrandom(pool_.data(), sizeof pool_, 0);
         } while (got < 0 && errno == EINTR);
+#endif
         if (got != static_cast<ssize_t>(sizeof pool_)) {  // no getrandom: the C++ library's
           std::random_device rd;
           for (uint32_t& v : pool_) v = rd();

@@ -1,12 +1,34 @@
 #include "wire/icrc.h"
 
+// ISA-L's folded CRC where it exists; a table-driven one elsewhere (WebAssembly: the lab).
+#if !defined(__EMSCRIPTEN__)
 #include <isa-l/crc.h>
+#define UROCE_HAVE_ISAL 1
+#endif
 
 #include <array>
 
 namespace uroce::wire {
 
 namespace {
+
+#ifndef UROCE_HAVE_ISAL
+// CRC-32 (reflected 0xEDB88320) a byte at a time from a table, zlib's pre/post inversion.
+constexpr std::array<uint32_t, 256> kCrcTable = [] {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    t[i] = c;
+  }
+  return t;
+}();
+uint32_t crc32_gzip_refl(uint32_t crc, const uint8_t* p, size_t n) {
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = kCrcTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+#endif
 
 uint32_t crc32_bitwise(uint32_t crc, Bytes data) {
   crc = ~crc;
