@@ -350,7 +350,7 @@ std::optional<Failure> CaseRun::send(const Step& s) {
 
 bool CaseRun::next_for(Peer* p, uint64_t deadline, std::vector<uint8_t>* out, bool mads) {
   for (;;) {
-    if (!p->waiting.empty()) {
+    if (p != nullptr && !p->waiting.empty()) {
       *out = std::move(p->waiting.front());
       p->waiting.pop_front();
       return true;
@@ -367,14 +367,13 @@ bool CaseRun::next_for(Peer* p, uint64_t deadline, std::vector<uint8_t>* out, bo
       if (mads) return false;
       continue;
     }
-    bool mine = false;
+    // Sorted to its QP's queue; a frame for no QP of this case (a late one of the case
+    // before) is passed over.
     for (auto& [name, q] : peers_)
       if (pk.hdr.bth.dest_qp == q.qpn) {
         q.waiting.push_back(std::move(f));
-        mine = true;
         break;
       }
-    if (!mine) other.push_back(std::string(pk.info->name) + " to QP " + hex(pk.hdr.bth.dest_qp));
   }
 }
 

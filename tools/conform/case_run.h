@@ -44,7 +44,6 @@ class CaseRun {
   /// nullopt: the step did what it should.
   std::optional<Failure> step(const Step& s);
   uint64_t sent = 0, received = 0;
-  std::vector<std::string> other;  // frames that belonged to no QP of the case
 
  private:
   // $name, $name+N, $name-N, anywhere after a '=' or as a whole word.
@@ -70,7 +69,7 @@ class CaseRun {
   std::optional<Failure> send(const Step& s);
 
   // Sorts what the link received into the QPs' queues, until `p` has one or the deadline.
-  // With `mads`, also stops (false) when a MAD for our QP1 came.
+  // With `mads`, also stops (false) when a MAD for our QP1 came; `p` null: waits for MADs only.
   bool next_for(Peer* p, uint64_t deadline, std::vector<uint8_t>* out, bool mads = false);
   std::string describe(const wire::ParsedPacket& pk, const Peer& p) const;
   std::optional<Failure> expect(const Step& s);
@@ -90,7 +89,6 @@ class CaseRun {
   // A MAD of an earlier case's connection (a late REJ or retransmission): it names another
   // communication ID than ours, or a REQ another port than the one this step waits for.
   bool stale(const wire::CmMessage& m, const std::map<std::string, std::string>& kv);
-  size_t other_mads = 0;
   struct CmState {
     uint32_t local_comm_id = 0;
     uint32_t remote_comm_id = 0;

@@ -7,8 +7,6 @@
 namespace uroce::conform {
 
 bool CaseRun::next_mad(uint64_t deadline, wire::CmMessage* out, std::string* raw_desc) {
-  Peer none;  // next_for() sorts; a peer no packet is for
-  none.qpn = 0xFFFFFFFF;
   for (;;) {
     if (!cm_waiting_.empty()) {
       std::vector<uint8_t> f = std::move(cm_waiting_.front());
@@ -20,7 +18,7 @@ bool CaseRun::next_mad(uint64_t deadline, wire::CmMessage* out, std::string* raw
       return true;
     }
     std::vector<uint8_t> f;
-    (void)next_for(&none, deadline, &f, /*mads=*/true);
+    (void)next_for(nullptr, deadline, &f, /*mads=*/true);
     if (cm_waiting_.empty()) return false;  // the deadline passed
   }
 }
@@ -255,10 +253,10 @@ bool CaseRun::stale(const wire::CmMessage& m, const std::map<std::string, std::s
       m.body);
   if (const auto* q = m.get<wire::CmReq>()) {
     const auto sid = wire::decode_ip_service_id(q->service_id);
-    if (kv.count("port") && sid && sid->port != num(kv, "port", -1)) return ++other_mads, true;
+    if (kv.count("port") && sid && sid->port != num(kv, "port", -1)) return true;
     return false;
   }
-  if (remote != 0 && remote != cm_.local_comm_id) return ++other_mads, true;
+  if (remote != 0 && remote != cm_.local_comm_id) return true;
   return false;
 }
 
